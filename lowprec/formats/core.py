@@ -1,0 +1,224 @@
+"""Format descriptors, rounding modes and the format registry.
+
+Every format lowprec knows is described by one immutable :class:`FormatInfo` (bit width, range,
+special values, rounding convention), wrapped in a :class:`Format` that also knows how to list its
+256 code values. ``get_format(name)`` and ``available_formats()`` are the registry.
+
+The codecs themselves live in ``minifloat.py`` (E4M3, E5M2), ``hif8.py``, ``mx.py`` and
+``integer.py``; this module only holds what they share.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "FormatInfo",
+    "Format",
+    "Rounding",
+    "get_format",
+    "available_formats",
+    "parse_rounding",
+]
+
+
+class Rounding(enum.IntEnum):
+    """Rounding modes. Strings with the lower-case member name are accepted everywhere.
+
+    ``NEAREST_EVEN``   round to nearest, ties to the even code (IEEE roundTiesToEven)
+    ``NEAREST_AWAY``   round to nearest, ties away from zero (HiF8 "TA")
+    ``TOWARD_ZERO``    truncate the magnitude
+    ``UP``             toward +infinity
+    ``DOWN``           toward -infinity
+    ``STOCHASTIC``     round up with probability equal to the discarded fraction, truncated to
+                       ``sr_bits`` bits; random bits come from a counter-based hash of
+                       ``(seed, flat index)``
+    ``HYBRID``         HiF8 only, provisional (formats.md 1.6)
+
+    The integer values are the codes the Numba kernels use.
+    """
+
+    NEAREST_EVEN = 0
+    NEAREST_AWAY = 1
+    TOWARD_ZERO = 2
+    UP = 3
+    DOWN = 4
+    STOCHASTIC = 5
+    HYBRID = 6
+
+
+_ROUNDING_NAMES = ", ".join(r.name.lower() for r in Rounding)
+
+
+def parse_rounding(rounding: str | Rounding, fmt: str | None = None) -> Rounding:
+    """Turn a string or :class:`Rounding` into a :class:`Rounding`, with a clear error.
+
+    ``hybrid`` is accepted only for ``fmt == "hif8"``.
+    """
+    if isinstance(rounding, Rounding):
+        r = rounding
+    elif isinstance(rounding, str):
+        try:
+            r = Rounding[rounding.strip().upper()]
+        except KeyError:
+            raise ValueError(
+                f"rounding {rounding!r} is not one of {_ROUNDING_NAMES}"
+            ) from None
+    else:
+        raise TypeError(
+            f"rounding must be a string or lowprec.Rounding, got {type(rounding).__name__}"
+        )
+    if r == Rounding.HYBRID and fmt is not None and fmt != "hif8":
+        raise ValueError(
+            f"rounding 'hybrid' exists only for hif8, not {fmt!r}; use one of "
+            "nearest_even, nearest_away, toward_zero, up, down, stochastic"
+        )
+    return r
+
+
+@dataclass(frozen=True)
+class FormatInfo:
+    """Everything about one number format.
+
+    Attributes:
+        name: registry name (``"hif8"``, ``"e4m3"``, ...).
+        bits: width of one code.
+        kind: ``"float"`` (self-contained 8-bit float), ``"mx"`` (block-scaled float elements)
+            or ``"int"`` (affine integer with scales).
+        max: largest finite value of one code (for ``mx``/``int``: of an unscaled element).
+        min_normal: smallest positive normal value (0.0 for integers: not applicable).
+        min_subnormal: smallest positive value (1.0 for integers).
+        has_inf, has_nan, has_neg_zero: special values present in the code space.
+        nan_codes: every code that decodes to NaN.
+        inf_codes: ``(+inf code, -inf code)`` or ``()``.
+        nan_code: the NaN code the encoder writes for a positive NaN.
+        max_code: code of ``+max``.
+        default_rounding: the format's own convention.
+        scaled: True for formats whose codes need scales (``mx``, ``int``).
+        element: for ``mx``: the element format name.
+        block_size: for ``mx``: the default block size.
+        qmin, qmax: for ``int``: the code range of the default (symmetric) mode.
+        doc: one-line description with the spec section.
+    """
+
+    name: str
+    bits: int
+    kind: str
+    max: float
+    min_normal: float
+    min_subnormal: float
+    has_inf: bool
+    has_nan: bool
+    has_neg_zero: bool
+    nan_codes: tuple[int, ...]
+    inf_codes: tuple[int, ...]
+    nan_code: int | None
+    max_code: int
+    default_rounding: Rounding
+    scaled: bool = False
+    element: str | None = None
+    block_size: int | None = None
+    qmin: int | None = None
+    qmax: int | None = None
+    doc: str = ""
+    extra: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+
+class Format:
+    """An immutable handle on a registered format: ``info`` plus its code table.
+
+    Example:
+        >>> f = get_format("e4m3")
+        >>> f.info.max
+        448.0
+        >>> f.values()[0x38]
+        np.float32(1.0)
+    """
+
+    __slots__ = ("info", "_values")
+
+    def __init__(self, info: FormatInfo, values: np.ndarray):
+        self.info = info
+        v = np.asarray(values, dtype=np.float32).copy()
+        v.setflags(write=False)
+        self._values = v
+
+    @property
+    def name(self) -> str:
+        """The registry name of the format."""
+        return self.info.name
+
+    def values(self) -> np.ndarray:
+        """Float32 value of each of the ``2**bits`` codes, indexed by code (NaN where NaN).
+
+        For ``mx`` formats these are the unscaled element values; for ``int`` formats the integer
+        value of each code (int8 codes are two's complement: code 0xFF is -1).
+        The returned array is read-only.
+        """
+        return self._values
+
+    def __repr__(self) -> str:
+        return f"Format({self.info.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Format) and other.info.name == self.info.name
+
+    def __hash__(self) -> int:
+        return hash(self.info.name)
+
+
+_REGISTRY: dict[str, Format] = {}
+_ORDER = ["hif8", "e4m3", "e5m2", "mxfp8_e4m3", "mxfp8_e5m2", "int8", "uint8"]
+_ALIASES = {
+    "hifloat8": "hif8",
+    "float8_e4m3fn": "e4m3",
+    "e4m3fn": "e4m3",
+    "float8_e5m2": "e5m2",
+    "mxfp8": "mxfp8_e4m3",
+}
+
+
+def _register(fmt: Format) -> None:
+    _REGISTRY[fmt.info.name] = fmt
+
+
+def _ensure_registry() -> None:
+    if not _REGISTRY:
+        # Import for the side effect of registration (each module registers its formats).
+        from . import hif8, integer, minifloat, mx  # noqa: F401
+
+
+def available_formats() -> list[str]:
+    """Names of every registered format, in a stable order.
+
+    Example:
+        >>> available_formats()
+        ['hif8', 'e4m3', 'e5m2', 'mxfp8_e4m3', 'mxfp8_e5m2', 'int8', 'uint8']
+    """
+    _ensure_registry()
+    return [n for n in _ORDER if n in _REGISTRY]
+
+
+def get_format(name: str | Format) -> Format:
+    """Look up a format by name (aliases such as ``float8_e4m3fn`` are accepted).
+
+    Raises:
+        ValueError: unknown name; the message lists the available formats.
+        TypeError: ``name`` is not a string.
+    """
+    if isinstance(name, Format):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"format name must be a string, got {type(name).__name__}")
+    _ensure_registry()
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    try:
+        return _REGISTRY[key]
+    except KeyError:
+        raise ValueError(
+            f"format {name!r} is not one of {', '.join(available_formats())}"
+        ) from None

@@ -1,0 +1,166 @@
+"""HiFloat8 (HiF8): Huawei's tapered 8-bit float (formats.md section 1).
+
+Bit layout ``S | Dot (prefix code) | Exponent (D bits, sign-magnitude, hidden MSB) | Mantissa``::
+
+    Dot  D    exponent field   mantissa w   exponents E      positive codes
+    11   4    Se + 3 bits      1            +-[8, 15]        0x60-0x7F
+    10   3    Se + 2 bits      2            +-[4, 7]         0x40-0x5F
+    01   2    Se + 1 bit       3            +-[2, 3]         0x20-0x3F
+    001  1    Se               3            +-1              0x10-0x1F
+    0001 0    -                3            0                0x08-0x0F
+    0000 DML  -                (3 bits = M) 2^(M-23)         0x01-0x07 (0x00 = zero)
+
+    normal value = (-1)^S * 2^E * (1 + M / 2^w);  E = (-1)^Se * (2^(D-1) + tail)
+    0x00 = 0 (no -0), 0x80 = NaN (the only NaN), 0x6F / 0xEF = +-Inf, max finite 2^15 (0x6E),
+    min normal 2^-15 (0x7E), DML powers of two 2^-22 .. 2^-16 (0x01 .. 0x07).
+
+Code order is not monotonic in value: compare decoded values, never codes.
+
+Encoding reuses the generic float codec of ``minifloat.py`` (the rounding arithmetic is the same;
+only ``m(E)`` and the code of each binade differ, given here as tables).  Default rounding is
+``nearest_away`` (the paper's TA, formats.md 1.4).  Non-saturating overflow (|x| >= 40960 under
+TA) gives +-Inf; ``saturate=True`` gives +-32768 for overflow and +-Inf (formats.md 1.4; which
+inputs count as overflow in saturating mode is our reading: exactly those TA sends to Inf).
+NaN always encodes to 0x80 (the Ascend "NaN -> 0" saturation option is not offered).
+
+``hybrid`` rounding is provisional (formats.md 1.6, our reading, not a Huawei-verified rule):
+for float32 sources with ``4 <= |E|`` (E the source exponent, E >= -22) the magnitude rounds up
+iff ``F14 >= T14`` and the input is not exact, where F14 = the 14 most significant discarded
+fraction bits and T14 = the 14 least significant fraction bits; otherwise ties away.  It is
+only implemented for float32 (and float16/bfloat16, widened to float32) inputs; float64 input
+raises.  The fp16/bf16 "SR2" variant of the paper is not implemented.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .core import Format, FormatInfo, Rounding, _register
+from .minifloat import FloatSpec
+
+HIF8_MAX = 32768.0  # 2^15, code 0x6E (formats.md 1.2)
+HIF8_MIN_NORMAL = 2.0**-15  # code 0x7E
+HIF8_MIN_SUBNORMAL = 2.0**-22  # DML code 0x01
+HIF8_INF = 0x6F
+HIF8_NAN = 0x80
+HIF8_MAX_CODE = 0x6E
+HIF8_E_LO = -22  # lowest binade (DML 2^-22)
+HIF8_EMAX = 15
+
+
+def mantissa_bits(e: int) -> int:
+    """Mantissa width ``w`` of the HiF8 binade with exponent ``e`` (formats.md 1.1)."""
+    a = abs(e)
+    if a <= 3:
+        return 3
+    if a <= 7:
+        return 2
+    if a <= 15:
+        return 1
+    if -22 <= e <= -16:
+        return 0
+    raise ValueError(f"HiF8 has no binade with exponent {e}")
+
+
+def binade_code(e: int) -> int:
+    """Positive HiF8 code of ``2**e`` (mantissa 0), ``-22 <= e <= 15`` (formats.md 1.1)."""
+    if -22 <= e <= -16:
+        return e + 23  # DML
+    a, se = abs(e), (1 if e < 0 else 0)
+    if a == 0:
+        return 0x08
+    if a == 1:
+        return 0x10 | (se << 3)
+    if a <= 3:
+        return 0x20 | (se << 4) | ((a - 2) << 3)
+    if a <= 7:
+        return 0x40 | (se << 4) | ((a - 4) << 2)
+    if a <= 15:
+        return 0x60 | (se << 4) | ((a - 8) << 1)
+    raise ValueError(f"HiF8 has no binade with exponent {e}")
+
+
+def _decode_code(c: int) -> float:
+    """Value of one HiF8 code, read from its bit fields (formats.md 1.1, 1.2)."""
+    if c == HIF8_NAN:
+        return math.nan
+    s = -1.0 if c & 0x80 else 1.0
+    b = c & 0x7F
+    if b == HIF8_INF:
+        return s * math.inf
+    if b >> 5 == 0b11:
+        d, w, rest = 4, 1, b & 0x1F
+    elif b >> 5 == 0b10:
+        d, w, rest = 3, 2, b & 0x1F
+    elif b >> 5 == 0b01:
+        d, w, rest = 2, 3, b & 0x1F
+    elif b >> 4 == 0b001:
+        d, w, rest = 1, 3, b & 0x0F
+    elif b >> 3 == 0b0001:
+        d, w, rest = 0, 3, b & 0x07
+    else:  # DML
+        return 0.0 if b == 0 else s * 2.0 ** ((b & 7) - 23)
+    mant = rest & ((1 << w) - 1)
+    expfield = rest >> w  # d bits: Se then d-1 tail bits
+    if d == 0:
+        e = 0
+    else:
+        se = expfield >> (d - 1)
+        tail = expfield & ((1 << (d - 1)) - 1)
+        e = (-1 if se else 1) * ((1 << (d - 1)) + tail)
+    return s * 2.0**e * (1 + mant / (1 << w))
+
+
+@njit(inline="always", cache=True)
+def _binade_code32(e):
+    """:func:`binade_code` in branch-free 32-bit arithmetic, for the vectorized encoder
+    (``e`` int32 in [-22, 15]; tested equal to :func:`binade_code`)."""
+    U = np.uint32
+    ae = np.int32(abs(e))
+    se = U(1) if e < np.int32(0) else U(0)
+    d4 = U(U(U(0x60) | U(se << U(4))) | U(U(ae - np.int32(8)) << U(1)))
+    d3 = U(U(U(0x40) | U(se << U(4))) | U(U(ae - np.int32(4)) << U(2)))
+    d2 = U(U(U(0x20) | U(se << U(4))) | U(U(ae - np.int32(2)) << U(3)))
+    d1 = U(U(0x10) | U(se << U(3)))
+    dml = U(e + np.int32(23))
+    c = d4 if ae >= np.int32(8) else d3
+    c = d2 if ae <= np.int32(3) else c
+    c = d1 if ae == np.int32(1) else c
+    c = U(0x08) if ae == np.int32(0) else c
+    return dml if e <= np.int32(-16) else c
+
+
+HIF8_VALUES = np.array([_decode_code(c) for c in range(256)], dtype=np.float32)
+
+_E_RANGE = range(HIF8_E_LO, HIF8_EMAX + 2)
+HIF8_SPEC = FloatSpec(
+    e_lo=HIF8_E_LO,
+    emax=HIF8_EMAX,
+    fracmax=0,
+    m=-1,
+    # e = 16 only occurs on overflow; any width works there
+    m_tab=[mantissa_bits(e) if e <= HIF8_EMAX else 1 for e in _E_RANGE],
+    base_tab=[binade_code(e) if e <= HIF8_EMAX else 0 for e in _E_RANGE],
+    taper=(4, 8, 16),  # w = 3 - #{4, 8, 16 <= |E|}
+    code_fn=_binade_code32,
+    neg_zero=False,
+    inf_code=HIF8_INF,
+    nan_code=HIF8_NAN,
+    nan_signed=False,
+    max_code=HIF8_MAX_CODE,
+    max_value=HIF8_MAX,
+)
+
+HIF8_INFO = FormatInfo(
+    name="hif8", bits=8, kind="float", max=HIF8_MAX, min_normal=HIF8_MIN_NORMAL,
+    min_subnormal=HIF8_MIN_SUBNORMAL, has_inf=True, has_nan=True, has_neg_zero=False,
+    nan_codes=(HIF8_NAN,), inf_codes=(HIF8_INF, HIF8_INF | 0x80), nan_code=HIF8_NAN,
+    max_code=HIF8_MAX_CODE, default_rounding=Rounding.NEAREST_AWAY,
+    doc="HiFloat8: tapered precision (3/2/1 mantissa bits), exponents -22..15 (formats.md 1)",
+    extra={"overflow_threshold": 40960.0},
+)
+
+_register(Format(HIF8_INFO, HIF8_VALUES))

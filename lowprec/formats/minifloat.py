@@ -1,0 +1,449 @@
+"""OCP FP8 E4M3 ("e4m3fn") and E5M2, and the generic float codec every 8-bit float format uses.
+
+Bit layouts (formats.md 2.1)::
+
+    E4M3  S.EEEE.MMM  bias 7   no Inf; NaN = S.1111.111 (0x7F, 0xFF); max 448 (0x7E);
+                               min normal 2^-6 (0x08); subnormals M * 2^-9; +-0
+    E5M2  S.EEEEE.MM  bias 15  Inf = S.11111.00 (0x7C, 0xFC); NaN = S.11111.{01,10,11};
+                               max 57344 (0x7B); min normal 2^-14 (0x04); subnormals M * 2^-16
+
+The generic codec (:func:`make_kernel`) describes a float format by its binades: a binade with
+exponent ``E`` holds ``2**m(E)`` values ``(1 + f / 2**m) * 2**E``; below the lowest binade
+``E_LO`` the spacing stays ``2**(E_LO - m(E_LO))`` (gradual underflow).  Rounding the input's
+exact significand to that spacing is done once, by :func:`lowprec.formats.rounding.round_increment`;
+a carry out of the binade lands on the next power of two, which is always representable.
+E4M3/E5M2 have one ``m`` and monotonic codes; HiF8 (``hif8.py``) passes a table of ``m(E)`` and
+of binade base codes.
+
+Overflow is decided after rounding (formats.md 2.2).  Non-saturating: round-to-nearest and
+stochastic overflow go to Inf (E5M2, HiF8) or NaN (E4M3); the directed modes follow IEEE 754
+7.4 (toward zero, and toward the opposite infinity, give +-max).  ``saturate=True`` clamps every
+overflow and +-Inf to +-max.  NaN input gives the NaN code (sign kept where the format has signed
+NaNs).  Float64 input is rounded directly from its 53-bit significand (no double rounding).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .core import Format, FormatInfo, Rounding, _register
+from ._bits import f32_as_u32, shl32, shr32
+from .rounding import HYBRID, RDOWN, RNA, RUP, RZ, SR, round_up, sr_draw, sr_round_up
+
+# formats.md 2.1
+E4M3_MAX = 448.0
+E5M2_MAX = 57344.0
+SIGN = 0x80
+
+PARALLEL_MIN = 1 << 17  # below this many elements the serial kernel is used
+
+
+@njit(inline="always", cache=True)
+def _no_code_fn(e):
+    return np.uint32(0)
+
+
+class FloatSpec:
+    """Plain-data description of an 8-bit float format for :func:`make_kernel`.
+
+    Attributes:
+        e_lo: exponent of the lowest binade with full spacing.
+        emax: exponent of the highest binade.
+        fracmax: largest fraction index allowed in the ``emax`` binade.
+        m: mantissa bits of every binade (uniform formats) or -1 (use ``m_tab``).
+        m_tab: int64 array, ``m(E)`` for ``E = e_lo .. emax + 1`` (tapered formats).
+        base_tab: int64 array, code of ``2**E`` for ``E = e_lo .. emax + 1`` (tapered formats).
+        taper: ``m(E) = m_tab.max() - #{t in taper: |E| >= t}`` for ``E >= e_lo`` (the same
+            table as ``m_tab``, in the form the vectorized float32 path computes).
+        code_fn: tapered formats: a Numba function ``int32 E -> uint32`` equal to
+            ``base_tab[E - e_lo]`` for ``e_lo <= E <= emax`` (the vectorized path computes codes
+            arithmetically instead of gathering from the table).
+        neg_zero: the format has -0 (0x80).
+        inf_code: positive Inf code, or -1.
+        nan_code: positive NaN code.
+        nan_signed: NaN codes carry the input sign.
+        max_code, max_value: the largest finite value.
+    """
+
+    def __init__(self, *, e_lo, emax, fracmax, m, m_tab=None, base_tab=None, taper=(),
+                 code_fn=None, neg_zero, inf_code, nan_code, nan_signed, max_code, max_value):
+        self.e_lo = e_lo
+        self.code_fn = code_fn if code_fn is not None else _no_code_fn
+        self.taper = tuple(taper)
+        self.emax = emax
+        self.fracmax = fracmax
+        self.m = m
+        n = emax + 2 - e_lo
+        self.m_tab = np.asarray(m_tab if m_tab is not None else [m] * n, dtype=np.int64)
+        if base_tab is None:
+            base_tab = [(e - e_lo + 1) << m for e in range(e_lo, emax + 2)]
+        self.base_tab = np.asarray(base_tab, dtype=np.int64)
+        self.neg_zero = neg_zero
+        self.inf_code = inf_code
+        self.nan_code = nan_code
+        self.nan_signed = nan_signed
+        self.max_code = max_code
+        self.max_value = max_value
+
+
+# (frac bits, exponent bias, sign shift, |x| mask, Inf bits) of float32 and float64 inputs
+_IN32 = (23, 127, 31, 0x7FFFFFFF, 0x7F800000)
+_IN64 = (52, 1023, 63, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)
+
+_KERNELS: dict = {}
+
+
+def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_value: bool):
+    """Build (once, then cached) the Numba kernel for one (format, input width, mode, saturate,
+    output kind) combination.  All of them are constants of the compiled code.
+
+    The kernel signature is ``kernel(bits, out, seed, sr_bits, offset)`` where ``bits`` is the
+    uint32/uint64 view of the input, ``out`` is uint8 (codes) or float32 (values), and ``offset``
+    is the flat index of ``bits[0]`` (for the stochastic counter).  Returns a pair
+    ``(serial, parallel)`` of compiled functions.
+    """
+    key = (id(spec), in64, mode, saturate, want_value)
+    hit = _KERNELS.get(key)
+    if hit is not None:
+        return hit
+    FB, BIAS_IN, SSH, ABS_MASK, INF_BITS = _IN64 if in64 else _IN32
+    E_LO = spec.e_lo
+    EMAX = spec.emax
+    FRACMAX = spec.fracmax
+    M_TAB = spec.m_tab
+    BASE_TAB = spec.base_tab
+    UNIFORM = spec.m >= 0
+    M_U = max(spec.m, 0)
+    M_LO = int(spec.m_tab[0])
+    Q_LO = E_LO - M_LO
+    NEG_ZERO = spec.neg_zero
+    HAS_INF = spec.inf_code >= 0
+    INF_CODE = spec.inf_code
+    NAN_CODE = spec.nan_code
+    NAN_SIGNED = spec.nan_signed
+    MAX_CODE = spec.max_code
+    MAX_VAL = spec.max_value
+    MODE = mode
+    SAT = saturate
+    # Overflow to +-max instead of Inf/NaN for finite inputs: saturation and the directed modes
+    # that round toward zero on that side (IEEE 754 7.4).
+    OVF_MAX_POS = saturate or mode in (RZ, RDOWN)
+    OVF_MAX_NEG = saturate or mode in (RZ, RUP)
+    INF_VAL = math.inf if HAS_INF else math.nan
+    OVF_CODE = INF_CODE if HAS_INF else NAN_CODE
+    WANT_VALUE = want_value
+    HYB = mode == HYBRID
+    ONE = np.int64(1)
+    # 2**k for every quantum exponent k a finite result can have
+    Q_MIN = E_LO - int(M_TAB.max())
+    POW2 = np.array([2.0**k for k in range(Q_MIN, EMAX + 1)], dtype=np.float64)
+
+    VMASK = (ONE << FB) - 1
+
+    @njit(inline="always", cache=True)
+    def one(u, seed, idx, sr_bits):
+        # Branch-free main path (so that LLVM vectorizes the loop); special cases are selected
+        # at the end.  Returns (code, value).
+        neg = (u >> SSH) != 0
+        a = np.int64(u & ABS_MASK)
+        ef = a >> FB
+        frac = a & VMASK
+        sig = frac | ((ONE << FB) if ef != 0 else 0)
+        e = max(ef, 1) - BIAS_IN
+        et = max(e, E_LO)
+        if UNIFORM:
+            m = M_U
+        else:
+            m = M_TAB[min(et, EMAX + 1) - E_LO]
+        s = FB - m + (et - e)
+        sc = min(s, 62)
+        n = sig >> sc
+        rem = sig & ((ONE << sc) - 1)
+        sc1 = np.int64(1) << (sc - 1)
+        if HYB:
+            # formats.md 1.6 (provisional): for 4 <= |E| (and E >= E_LO) round up iff F14 >= T14,
+            # never when the input is exact; otherwise ties away.
+            f14 = (rem >> max(s - 14, 0)) & 0x3FFF
+            t14 = frac & 0x3FFF
+            up_h = (rem != 0) & (f14 >= t14)
+            up_a = round_up(RNA, rem, sc1, False, neg, False)
+            up = up_h if ((e >= 4 or e <= -4) and e >= E_LO) else up_a
+        else:
+            if MODE == SR:
+                sr_up = sr_round_up(rem, s, sr_draw(seed, idx, sr_bits), sr_bits)
+            else:
+                sr_up = False
+            # ties-to-even looks at the parity of the lower neighbour's code; in a binade without
+            # mantissa bits (HiF8 DML) that is the parity of the binade's own code
+            if UNIFORM:
+                npar = n
+            else:
+                npar = n if (m > 0 or e < E_LO) else BASE_TAB[min(et, EMAX + 1) - E_LO]
+            up = round_up(MODE, rem, sc1, (npar & 1) == 1, neg, sr_up)
+        inc = np.int64(1) if up else np.int64(0)
+        n += inc
+        low = e < E_LO
+        carry = n >> (m + 1)
+        efin = et + carry
+        fr = n & ((ONE << m) - 1)
+        ovf = (not low) and (efin > EMAX or (efin == EMAX and fr > FRACMAX))
+        sgn = SIGN if neg else 0
+        big = a >= INF_BITS
+        if WANT_VALUE:
+            # rounded magnitude: n quanta of 2**(et - m), built from bits (exact)
+            if low:
+                v = np.float64(np.int32(n)) * POW2[Q_LO - Q_MIN]
+            else:
+                v = np.float64(n) * POW2[min(max(et - m, Q_MIN), EMAX) - Q_MIN]
+            ovf_pos = MAX_VAL if OVF_MAX_POS else INF_VAL
+            ovf_neg = MAX_VAL if OVF_MAX_NEG else INF_VAL
+            v = (ovf_neg if neg else ovf_pos) if ovf else v
+            v = (MAX_VAL if SAT else INF_VAL) if a == INF_BITS else v
+            v = -v if neg else v
+            v = math.nan if a > INF_BITS else v
+            if not NEG_ZERO:
+                v = 0.0 if v == 0.0 else v
+            return 0, v
+        if UNIFORM:
+            code = ((et - E_LO) << m) + n
+        else:
+            code = BASE_TAB[min(efin, EMAX + 1) - E_LO] + fr
+            code = n if low else code
+        ovf_pos = MAX_CODE if OVF_MAX_POS else OVF_CODE
+        ovf_neg = MAX_CODE if OVF_MAX_NEG else OVF_CODE
+        code = (ovf_neg if neg else ovf_pos) if ovf else code
+        code = (MAX_CODE if SAT else OVF_CODE) if big else code
+        if NEG_ZERO:
+            code = code | sgn
+        else:
+            code = (code | sgn) if code != 0 else 0
+        nan = (NAN_CODE | sgn) if NAN_SIGNED else NAN_CODE
+        code = nan if a > INF_BITS else code
+        return code, 0.0
+
+    if want_value:
+
+        @njit(cache=True, nogil=True)
+        def serial(bits, out, seed, sr_bits, offset):
+            for i in range(bits.shape[0]):
+                out[i] = np.float32(one(bits[i], seed, offset + i, sr_bits)[1])
+
+        @njit(cache=True, nogil=True, parallel=True)
+        def parallel(bits, out, seed, sr_bits, offset):
+            for i in prange(bits.shape[0]):
+                out[i] = np.float32(one(bits[i], seed, offset + i, sr_bits)[1])
+    else:
+
+        @njit(cache=True, nogil=True)
+        def serial(bits, out, seed, sr_bits, offset):
+            for i in range(bits.shape[0]):
+                out[i] = np.uint8(one(bits[i], seed, offset + i, sr_bits)[0])
+
+        @njit(cache=True, nogil=True, parallel=True)
+        def parallel(bits, out, seed, sr_bits, offset):
+            for i in prange(bits.shape[0]):
+                out[i] = np.uint8(one(bits[i], seed, offset + i, sr_bits)[0])
+
+    _KERNELS[key] = (serial, parallel)
+    return serial, parallel
+
+
+_FAST_MODES = (0, 1, 2, 3, 4)  # the deterministic modes the float32 fast path implements
+
+
+def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: bool):
+    """The float32-input twin of :func:`make_kernel` for the deterministic rounding modes,
+    written in 32-bit lanes without branches so that LLVM vectorizes it (8 elements per AVX2
+    instruction).  Bit-identical to :func:`make_kernel` (tested on every float32 pattern).
+
+    ``out`` is uint8 (codes) or uint32 (the bits of the float32 values).
+    """
+    key = ("fast32", id(spec), mode, saturate, want_value)
+    hit = _KERNELS.get(key)
+    if hit is not None:
+        return hit
+    U = np.uint32
+    I = np.int32
+    E_LO = spec.e_lo
+    M_TAB = spec.m_tab
+    M_MAX = int(M_TAB.max())
+    T0, T1, T2 = (list(spec.taper) + [1 << 20] * 3)[:3]
+    UNIFORM = spec.m >= 0
+    M_LO = int(M_TAB[0])
+    Q_LO = E_LO - M_LO
+    SH_LO_BASE = 23 - M_LO + E_LO  # shift of the significand below the lowest binade: - e
+    OFF = ((126 + E_LO) << M_MAX) if UNIFORM else 0
+    MAXBITS = int(np.float32(spec.max_value).view(np.uint32))
+    NEG_ZERO = spec.neg_zero
+    HAS_INF = spec.inf_code >= 0
+    INF_CODE = spec.inf_code
+    NAN_CODE = spec.nan_code
+    NAN_SIGNED = spec.nan_signed
+    MAX_CODE = spec.max_code
+    MODE = mode
+    SAT = saturate
+    OVF_MAX_POS = saturate or mode in (RZ, RDOWN)
+    OVF_MAX_NEG = saturate or mode in (RZ, RUP)
+    OVF_CODE = INF_CODE if HAS_INF else NAN_CODE
+    INF_BITS32 = 0x7F800000 if HAS_INF else 0x7FC00000
+    NAN_BITS32 = 0x7FC00000
+    LOSCALE = np.float32(2.0**Q_LO)
+
+    CODE_FN = spec.code_fn
+
+    @njit(inline="always", cache=True)
+    def one(u):
+        # every intermediate is cast back to 32 bits: Numba would widen it to 64 otherwise
+        a = U(u & U(0x7FFFFFFF))
+        neg = U(u >> U(31)) != U(0)
+        ef = I(a >> U(23))
+        e = I(I(max(ef, I(1))) - I(127))
+        low = e < I(E_LO)
+        sig = U(U(a & U(0x7FFFFF)) | (U(0x800000) if ef != I(0) else U(0)))
+        if UNIFORM:
+            m = I(M_MAX)
+        else:
+            ae = I(abs(e))
+            m = I(I(I(I(M_MAX) - I(ae >= I(T0))) - I(ae >= I(T1))) - I(ae >= I(T2)))
+        sh_l = I(max(min(I(I(SH_LO_BASE) - e), I(31)), I(1)))
+        src = sig if low else a
+        sh = sh_l if low else I(I(23) - m)
+        ush = U(sh)
+        n = shr32(src, ush)
+        rem = U(src & U(shl32(U(1), ush) - U(1)))
+        half = shl32(U(1), U(ush - U(1)))
+        up = round_up(MODE, rem, half, U(n & U(1)) != U(0), neg, False)
+        r = U(n + (U(1) if up else U(0)))
+        vb = shl32(r, ush)  # not low: the float32 bits of the rounded magnitude (carry included)
+        ovf = (vb > U(MAXBITS)) & (not low)
+        big = a >= U(0x7F800000)
+        sgn = U(0x80) if neg else U(0)
+        if WANT_VALUE:
+            vlow = f32_as_u32(np.float32(I(r)) * LOSCALE)
+            v = vlow if low else vb
+            ovf_pos = U(MAXBITS) if OVF_MAX_POS else U(INF_BITS32)
+            ovf_neg = U(MAXBITS) if OVF_MAX_NEG else U(INF_BITS32)
+            v = (ovf_neg if neg else ovf_pos) if ovf else v
+            v = (U(MAXBITS) if SAT else U(INF_BITS32)) if big else v
+            if NEG_ZERO:
+                v = U(v | (U(0x80000000) if neg else U(0)))
+            else:
+                v = U(v | (U(0x80000000) if (neg and v != U(0)) else U(0)))
+            v = U(NAN_BITS32) if a > U(0x7F800000) else v
+            return v
+        if UNIFORM:
+            code = r if low else U(r - U(OFF))
+        else:
+            efin = I(I(vb >> U(23)) - I(127))
+            fr = shr32(U(vb & U(0x7FFFFF)), U(I(23) - m))
+            code = r if low else U(CODE_FN(efin) + fr)
+        ovf_pos = U(MAX_CODE) if OVF_MAX_POS else U(OVF_CODE)
+        ovf_neg = U(MAX_CODE) if OVF_MAX_NEG else U(OVF_CODE)
+        code = (ovf_neg if neg else ovf_pos) if ovf else code
+        code = (U(MAX_CODE) if SAT else U(OVF_CODE)) if big else code
+        if NEG_ZERO:
+            code = U(code | sgn)
+        else:
+            code = U(code | sgn) if code != U(0) else U(0)
+        nan = U(U(NAN_CODE) | sgn) if NAN_SIGNED else U(NAN_CODE)
+        return nan if a > U(0x7F800000) else code
+
+    WANT_VALUE = want_value
+    if want_value:
+
+        @njit(cache=True, nogil=True)
+        def serial(bits, out):
+            for i in range(bits.shape[0]):
+                out[i] = one(bits[i])
+
+        @njit(cache=True, nogil=True, parallel=True)
+        def parallel(bits, out):
+            for i in prange(bits.shape[0]):
+                out[i] = one(bits[i])
+    else:
+
+        @njit(cache=True, nogil=True)
+        def serial(bits, out):
+            for i in range(bits.shape[0]):
+                out[i] = np.uint8(one(bits[i]))
+
+        @njit(cache=True, nogil=True, parallel=True)
+        def parallel(bits, out):
+            for i in prange(bits.shape[0]):
+                out[i] = np.uint8(one(bits[i]))
+
+    _KERNELS[key] = (serial, parallel)
+    return serial, parallel
+
+
+def run_kernel(spec: FloatSpec, bits: np.ndarray, out: np.ndarray, mode: int, saturate: bool,
+               seed: int = 0, sr_bits: int = 32, offset: int = 0, generic: bool = False) -> None:
+    """Run the codec on a 1-D contiguous uint32/uint64 ``bits`` array into ``out`` (uint8 codes
+    or float32 values, chosen by ``out.dtype``).
+
+    float32 input with a deterministic mode takes the vectorized fast path unless ``generic``.
+    """
+    want_value = out.dtype == np.float32
+    big = bits.shape[0] >= PARALLEL_MIN
+    if bits.dtype == np.uint32 and int(mode) in _FAST_MODES and not generic:
+        serial, parallel = make_fast32_kernel(spec, int(mode), bool(saturate), want_value)
+        o = out.view(np.uint32) if want_value else out
+        (parallel if big else serial)(bits, o)
+        return
+    serial, parallel = make_kernel(spec, bits.dtype == np.uint64, int(mode), bool(saturate),
+                                   want_value)
+    (parallel if big else serial)(bits, out, np.uint64(seed), np.int64(sr_bits), np.int64(offset))
+
+
+# --------------------------------------------------------------------------------------------
+# E4M3 and E5M2
+
+
+def _ocp_values(ebits: int, mbits: int, bias: int, e4m3fn: bool) -> np.ndarray:
+    """Float32 value of each of the 256 codes of an OCP FP8 format (formats.md 2.1)."""
+    vals = np.empty(256, dtype=np.float64)
+    emask = (1 << ebits) - 1
+    for c in range(256):
+        s = -1.0 if c & 0x80 else 1.0
+        e = (c >> mbits) & emask
+        f = c & ((1 << mbits) - 1)
+        if e4m3fn and e == emask and f == (1 << mbits) - 1:
+            vals[c] = math.nan
+        elif not e4m3fn and e == emask:
+            vals[c] = s * math.inf if f == 0 else math.nan
+        elif e == 0:
+            vals[c] = s * f * 2.0 ** (1 - bias - mbits)
+        else:
+            vals[c] = s * (1 + f / (1 << mbits)) * 2.0 ** (e - bias)
+    return vals.astype(np.float32)
+
+
+E4M3_SPEC = FloatSpec(e_lo=-6, emax=8, fracmax=6, m=3, neg_zero=True, inf_code=-1,
+                      nan_code=0x7F, nan_signed=True, max_code=0x7E, max_value=E4M3_MAX)
+E5M2_SPEC = FloatSpec(e_lo=-14, emax=15, fracmax=3, m=2, neg_zero=True, inf_code=0x7C,
+                      nan_code=0x7E, nan_signed=True, max_code=0x7B, max_value=E5M2_MAX)
+
+E4M3_VALUES = _ocp_values(4, 3, 7, True)
+E5M2_VALUES = _ocp_values(5, 2, 15, False)
+
+E4M3_INFO = FormatInfo(
+    name="e4m3", bits=8, kind="float", max=E4M3_MAX, min_normal=2.0**-6, min_subnormal=2.0**-9,
+    has_inf=False, has_nan=True, has_neg_zero=True, nan_codes=(0x7F, 0xFF), inf_codes=(),
+    nan_code=0x7F, max_code=0x7E, default_rounding=Rounding.NEAREST_EVEN,
+    doc="OCP FP8 E4M3 (e4m3fn): S.EEEE.MMM, bias 7, no Inf, NaN 0x7F/0xFF (formats.md 2)",
+)
+E5M2_INFO = FormatInfo(
+    name="e5m2", bits=8, kind="float", max=E5M2_MAX, min_normal=2.0**-14, min_subnormal=2.0**-16,
+    has_inf=True, has_nan=True, has_neg_zero=True,
+    nan_codes=(0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF), inf_codes=(0x7C, 0xFC),
+    nan_code=0x7E, max_code=0x7B, default_rounding=Rounding.NEAREST_EVEN,
+    doc="OCP FP8 E5M2: S.EEEEE.MM, bias 15, Inf 0x7C/0xFC, NaN 0x7D-0x7F (formats.md 2)",
+)
+
+SPECS = {"e4m3": E4M3_SPEC, "e5m2": E5M2_SPEC}
+
+_register(Format(E4M3_INFO, E4M3_VALUES))
+_register(Format(E5M2_INFO, E5M2_VALUES))

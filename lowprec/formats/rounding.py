@@ -1,0 +1,127 @@
+"""The rounding arithmetic every codec shares (one implementation of each mode).
+
+All codecs reduce rounding to one question: a non-negative magnitude is ``n + rem / 2**s``
+quanta, where ``n`` is the integer part and ``rem`` the ``s`` discarded bits; does it round to
+``n`` or to ``n + 1`` quanta?  :func:`round_up` answers it for every mode.  The float
+codecs feed it the significand bits of the input (exact for float32 and float64 input); the
+integer codecs feed it the bits of ``x / scale``.
+
+Stochastic rounding is counter-based: the random bits of element ``i`` are
+``sr_hash(seed, i)``, a stateless SplitMix64 finaliser of ``(seed, i)``, so any chunking or thread
+count gives identical output.  With ``sr_bits = k`` the magnitude rounds up iff
+``floor(rem * 2**k / 2**s) + r >= 2**k`` for ``r`` uniform on ``[0, 2**k)``: the discarded
+fraction truncated to ``k`` bits is the probability of rounding up (exactly unbiased when
+``k >= s``, otherwise biased toward zero by less than ``2**-k`` quanta).  This equals gfloat's
+``RoundMode.StochasticFastest`` with ``srnumbits = k`` and the same random integer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Mode codes (same numbers as lowprec.Rounding)
+RNE = 0
+RNA = 1
+RZ = 2
+RUP = 3
+RDOWN = 4
+SR = 5
+HYBRID = 6
+
+SR_BITS_MAX = 32  # random bits per element available from one 64-bit hash
+SR_BITS_DEFAULT = 32
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+@njit(inline="always", cache=True)
+def sr_hash(seed, i):
+    """SplitMix64 finaliser of ``seed`` and counter ``i`` (both uint64): 64 random bits."""
+    z = np.uint64(seed) + (np.uint64(i) + np.uint64(1)) * _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(inline="always", cache=True)
+def sr_draw(seed, i, sr_bits):
+    """``sr_bits`` uniform random bits (as int64) for element ``i``: the top bits of the hash."""
+    return np.int64(sr_hash(seed, i) >> np.uint64(64 - sr_bits))
+
+
+@njit(inline="always", cache=True)
+def round_up(mode, rem, half, odd, neg, sr_up):
+    """True if a magnitude whose discarded bits are ``rem`` rounds up by one quantum.
+
+    One implementation of every mode, generic in the integer type (the float32 fast path calls
+    it with uint32 lanes, the generic codec with int64).
+
+    Args:
+        mode: RNE, RNA, RZ, RUP, RDOWN or SR (a compile-time constant in every caller, so the
+            other branches vanish).
+        rem: the discarded bits (``0 <= rem < 2**s``).
+        half: ``2**(s-1)``, the discarded bits of an exact tie.  Callers that clamp ``s`` keep
+            ``half`` above every possible ``rem``.
+        odd: the code of the truncated magnitude is odd (RNE ties go to the even code).
+        neg: the sign of the value (directed modes depend on it).
+        sr_up: the stochastic decision, see :func:`sr_round_up` (read only for SR).
+    """
+    if mode == RNE:
+        return (rem > half) | ((rem == half) & odd)
+    elif mode == RNA:
+        return rem >= half
+    elif mode == RZ:
+        return rem != rem
+    elif mode == RUP:
+        return (rem != 0) & (not neg)
+    elif mode == RDOWN:
+        return (rem != 0) & neg
+    else:
+        return sr_up
+
+
+@njit(inline="always", cache=True)
+def sr_round_up(rem, s, rnd, sr_bits):
+    """Stochastic decision: ``floor(rem * 2**k / 2**s) + rnd >= 2**k`` with ``k = sr_bits``.
+
+    ``rem`` (int64) holds the discarded bits; ``s`` may exceed 63 (then ``rem`` is the whole
+    significand, < 2**53, and the truncated fraction is 0 whenever ``s - k >= 63``).
+    """
+    if s >= sr_bits:
+        sh = s - sr_bits
+        t = (rem >> sh) if sh < 63 else np.int64(0)
+    else:
+        t = rem << (sr_bits - s)
+    return t + rnd >= (np.int64(1) << sr_bits)
+
+
+def check_sr_bits(sr_bits: int) -> int:
+    """Validate ``sr_bits`` (1..32) and return it as an int."""
+    if isinstance(sr_bits, bool) or not isinstance(sr_bits, (int, np.integer)):
+        raise TypeError(f"sr_bits must be an integer in [1, {SR_BITS_MAX}], got {sr_bits!r}")
+    if not 1 <= int(sr_bits) <= SR_BITS_MAX:
+        raise ValueError(f"sr_bits must be in [1, {SR_BITS_MAX}], got {sr_bits}")
+    return int(sr_bits)
+
+
+def check_seed(seed, rounding_is_stochastic: bool) -> int:
+    """Resolve ``seed`` to a uint64-compatible int.
+
+    ``seed`` may be an int or a ``numpy.random.Generator`` (one 64-bit draw is taken from it).
+    Required for stochastic rounding; ignored otherwise.
+    """
+    if not rounding_is_stochastic:
+        return 0
+    if seed is None:
+        raise ValueError(
+            "stochastic rounding needs a seed: pass seed=<int> or seed=numpy.random.Generator"
+        )
+    if isinstance(seed, np.random.Generator):
+        return int(seed.integers(0, 2**63, dtype=np.int64))
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int or numpy.random.Generator, got {type(seed).__name__}")
+    if int(seed) < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    return int(seed) & 0xFFFFFFFFFFFFFFFF
