@@ -1,0 +1,45 @@
+"""lowprec: bit-exact emulation of low-precision number formats and attention pipelines.
+
+Quick tour::
+
+    import numpy as np, lowprec as lp
+    lp.available_formats()           # ['hif8', 'e4m3', 'e5m2', 'mxfp8_e4m3', ...]
+    codes = lp.encode(x, "e4m3")     # uint8 codes
+    y = lp.decode(codes, "e4m3")     # float32 values
+    y = lp.quantize(x, "hif8")       # fused fake-quantization
+
+Nothing heavy is imported until first use (Numba kernels compile lazily and cache to disk).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "available_formats": "lowprec.formats.core",
+    "get_format": "lowprec.formats.core",
+    "Format": "lowprec.formats.core",
+    "FormatInfo": "lowprec.formats.core",
+    "QuantizedArray": "lowprec.formats.core",
+    "Rounding": "lowprec.formats.core",
+    "encode": "lowprec.formats.api",
+    "decode": "lowprec.formats.api",
+    "quantize": "lowprec.formats.api",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'lowprec' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

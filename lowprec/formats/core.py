@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = [
+    "QuantizedArray",
     "FormatInfo",
     "Format",
     "Rounding",
@@ -222,3 +223,35 @@ def get_format(name: str | Format) -> Format:
         raise ValueError(
             f"format {name!r} is not one of {', '.join(available_formats())}"
         ) from None
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedArray:
+    """Codes of a scaled format together with the scales needed to decode them.
+
+    Returned by :func:`lowprec.encode` for ``mxfp8_*``, ``int8`` and ``uint8``; accepted by
+    :func:`lowprec.decode`.
+
+    Attributes:
+        codes: uint8 codes (int8 for ``int8``), same shape as the input.
+        scales: MX: uint8 E8M0 scale codes, shape of the input with ``axis`` replaced by the
+            number of blocks. INT: float32 scales broadcastable against ``codes``.
+        format: the format name.
+        axis: the blocked/channel axis (normalised to be non-negative), or None (per tensor).
+        block_size: MX and INT ``per_block``: elements per block along ``axis``; else None.
+        zero_points: INT asymmetric: int32 zero points shaped like ``scales``; else None.
+        granularity: INT: ``per_tensor``, ``per_channel``, ``per_token`` or ``per_block``.
+    """
+
+    codes: np.ndarray
+    scales: np.ndarray
+    format: str
+    axis: int | None = None
+    block_size: int | None = None
+    zero_points: np.ndarray | None = None
+    granularity: str | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the encoded tensor."""
+        return tuple(self.codes.shape)

@@ -125,3 +125,31 @@ def check_seed(seed, rounding_is_stochastic: bool) -> int:
     if int(seed) < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
     return int(seed) & 0xFFFFFFFFFFFFFFFF
+
+
+@njit(inline="always", cache=True)
+def round_to_int(y, mode, seed, idx, sr_bits):
+    """Round a finite float64 ``y`` to an integer (returned as float64) under ``mode``.
+
+    Works on the exact bits of ``y`` (no ``floor(y + 0.5)`` double rounding), using
+    :func:`round_up` / :func:`sr_round_up` like every other codec.  ``seed``/``idx``/``sr_bits``
+    are read only for SR.  Values with ``|y| >= 2**52`` are already integers.
+    """
+    a = abs(y)
+    if a >= 4503599627370496.0:  # 2**52
+        return y
+    neg = y < 0.0
+    fl = np.floor(a)
+    n = np.int64(fl)
+    # discarded fraction a - fl is exact in float64; scale it to a 53-bit integer
+    frac = a - fl
+    s = np.int64(53)
+    rem = np.int64(frac * 9007199254740992.0)  # * 2**53, exact (frac < 1 has <= 53 bits)
+    half = np.int64(1) << (s - 1)
+    if mode == SR:
+        sr_up = sr_round_up(rem, s, sr_draw(seed, idx, sr_bits), sr_bits)
+    else:
+        sr_up = False
+    up = round_up(mode, rem, half, (n & 1) == 1, neg, sr_up)
+    r = np.float64(n + (1 if up else 0))
+    return -r if neg else r

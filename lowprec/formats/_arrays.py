@@ -1,0 +1,126 @@
+"""Input/output plumbing shared by every codec: numpy and CPU torch inputs, dtype checks, the
+flat contiguous views the kernels take, and ``out=`` validation."""
+
+from __future__ import annotations
+
+import sys
+
+import ml_dtypes
+import numpy as np
+from numba import njit, prange
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16)
+_ALLOWED = "float32, float64, float16, bfloat16"
+PARALLEL_MIN = 1 << 17
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def is_torch(x) -> bool:
+    """True if ``x`` is a torch.Tensor (without importing torch)."""
+    t = _torch()
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def to_numpy(x, what: str = "x"):
+    """Return ``(array, was_torch)`` for a numpy array, a CPU torch tensor or an array-like.
+
+    Torch tensors are detached (codecs are not differentiable) and must be on the CPU;
+    bfloat16 tensors become ml_dtypes.bfloat16 arrays without a copy of the values' meaning.
+    """
+    if is_torch(x):
+        torch = _torch()
+        if x.device.type != "cpu":
+            raise ValueError(
+                f"{what} is a torch tensor on {x.device}; lowprec codecs run on the CPU: "
+                "pass x.cpu()"
+            )
+        t = x.detach()
+        if t.dtype == torch.bfloat16:
+            return t.contiguous().view(torch.int16).numpy().view(BF16), True
+        if t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"{what} has dtype {t.dtype}; allowed: {_ALLOWED}")
+        return t.contiguous().numpy(), True
+    if isinstance(x, np.ndarray):
+        return x, False
+    if isinstance(x, (list, tuple, float, int, np.generic)):
+        return np.asarray(x), False
+    raise TypeError(
+        f"{what} must be a numpy array or a CPU torch tensor, got {type(x).__name__}"
+    )
+
+
+def check_float(arr: np.ndarray, what: str = "x") -> np.ndarray:
+    """Raise TypeError unless ``arr`` has one of the supported float dtypes."""
+    if arr.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: {_ALLOWED}")
+    return arr
+
+
+def float_bits(arr: np.ndarray) -> np.ndarray:
+    """Flat contiguous uint32 (float32, float16, bfloat16 -- the 16-bit types are widened to
+    float32 exactly) or uint64 (float64) bit view of ``arr`` in C order."""
+    if arr.dtype == np.float64:
+        return np.ascontiguousarray(arr).reshape(-1).view(np.uint64)
+    if arr.dtype != np.float32:
+        arr = arr.astype(np.float32)  # exact for float16 and bfloat16
+    return np.ascontiguousarray(arr).reshape(-1).view(np.uint32)
+
+
+def make_out(out, shape, dtype, what="out") -> np.ndarray:
+    """Allocate, or validate a caller-provided, C-contiguous numpy ``out`` array."""
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if is_torch(out):
+        o = out.numpy() if out.device.type == "cpu" else None
+        if o is None:
+            raise ValueError(f"{what} must be a CPU tensor")
+        out = o
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{what} must be a numpy array, got {type(out).__name__}")
+    if out.dtype != np.dtype(dtype) or out.shape != tuple(shape):
+        raise ValueError(
+            f"{what} must have dtype {np.dtype(dtype)} and shape {tuple(shape)}, "
+            f"got {out.dtype} {out.shape}"
+        )
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"{what} must be C-contiguous and writeable")
+    return out
+
+
+def wrap(result: np.ndarray, as_torch: bool):
+    """Return ``result`` as a torch tensor when the input was one (sharing memory)."""
+    if not as_torch:
+        return result
+    torch = _torch()
+    return torch.from_numpy(result)
+
+
+def codes_array(codes, what="codes") -> tuple[np.ndarray, bool]:
+    """Validate an array of 8-bit codes (uint8, or int8 for the int8 format)."""
+    arr, was_torch = to_numpy(codes, what)
+    if arr.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        raise TypeError(f"{what} must have dtype uint8 (int8 for the int8 format), got {arr.dtype}")
+    return arr, was_torch
+
+
+@njit(cache=True, nogil=True)
+def _lookup_serial(codes, table, out):
+    for i in range(codes.shape[0]):
+        out[i] = table[codes[i]]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _lookup_parallel(codes, table, out):
+    for i in prange(codes.shape[0]):
+        out[i] = table[codes[i]]
+
+
+def lookup(codes: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
+    """``out.flat[i] = table[codes.flat[i]]`` for uint8 codes and a 256-entry table."""
+    c = np.ascontiguousarray(codes).reshape(-1).view(np.uint8)
+    o = out.reshape(-1)
+    (_lookup_parallel if c.shape[0] >= PARALLEL_MIN else _lookup_serial)(c, table, o)

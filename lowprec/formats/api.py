@@ -1,0 +1,201 @@
+"""Public codec entry points: :func:`encode`, :func:`decode`, :func:`quantize`.
+
+Validation and dispatch only; the arithmetic is in the family modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _arrays as A
+from .core import Format, QuantizedArray, Rounding, get_format, parse_rounding
+from .rounding import HYBRID, SR_BITS_DEFAULT, check_seed, check_sr_bits
+
+__all__ = ["encode", "decode", "quantize"]
+
+
+def _float_spec(name: str):
+    from .hif8 import HIF8_SPEC
+    from .minifloat import SPECS
+
+    return HIF8_SPEC if name == "hif8" else SPECS[name]
+
+
+def _no_extra(kwargs: dict, fmt: str, allowed: str) -> None:
+    if kwargs:
+        raise TypeError(
+            f"unexpected argument(s) {', '.join(sorted(kwargs))} for format {fmt!r}; "
+            f"allowed: {allowed}"
+        )
+
+
+_FLOAT_ARGS = "rounding, saturate, seed, sr_bits, out"
+
+
+def _float_codec(x, f: Format, rounding, saturate, seed, sr_bits, out, want_value):
+    arr, was_torch = A.to_numpy(x)
+    A.check_float(arr)
+    r = parse_rounding(rounding if rounding is not None else f.info.default_rounding, f.name)
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate must be True or False, got {saturate!r}")
+    if r == HYBRID and arr.dtype == np.float64:
+        raise ValueError(
+            "hybrid rounding is defined for float32 sources only (formats.md 1.6); "
+            "convert float64 input to float32 first if that is what you mean"
+        )
+    sr = check_sr_bits(sr_bits) if r == Rounding.STOCHASTIC else SR_BITS_DEFAULT
+    seed_v = check_seed(seed, r == Rounding.STOCHASTIC)
+    from .minifloat import run_kernel
+
+    o = A.make_out(out, arr.shape, np.float32 if want_value else np.uint8)
+    bits = A.float_bits(arr)
+    run_kernel(_float_spec(f.name), bits, o.reshape(-1), int(r), bool(saturate), seed_v, sr)
+    return A.wrap(o, was_torch) if out is None else out
+
+
+def encode(
+    x: Any,
+    fmt: str | Format,
+    rounding: str | Rounding | None = None,
+    saturate: bool = False,
+    *,
+    seed: int | np.random.Generator | None = None,
+    sr_bits: int = SR_BITS_DEFAULT,
+    out: np.ndarray | None = None,
+    **kwargs: Any,
+):
+    """Encode floating-point values to 8-bit codes of ``fmt``.
+
+    Args:
+        x: numpy array or CPU torch tensor of float32, float64, float16 or bfloat16, any shape
+            and strides. float64 is rounded directly (no intermediate float32).
+        fmt: a name from :func:`available_formats` (or a :class:`Format`).
+        rounding: ``nearest_even``, ``nearest_away``, ``toward_zero``, ``up``, ``down``,
+            ``stochastic`` (and ``hybrid`` for hif8, provisional); default: the format's own
+            convention (``nearest_away`` for hif8, ``nearest_even`` otherwise).
+        saturate: False: the format's non-saturating conversion (overflow -> NaN for e4m3,
+            Inf for e5m2 and hif8; directed modes follow IEEE 754 7.4); True: clamp overflow
+            and +-Inf to +-max. MX elements always saturate.
+        seed: stochastic rounding only (required then): an int >= 0 or a numpy Generator.
+            Element ``i`` (flat C order) uses random bits that depend only on ``(seed, i)``.
+        sr_bits: random bits per element for stochastic rounding, 1..32.
+        out: optional preallocated C-contiguous uint8 array of ``x.shape`` (float formats).
+        **kwargs: scaled formats only: MX ``axis``, ``block_size``, ``scale_mode``,
+            ``nonfinite``; INT ``granularity``, ``axis``, ``block_size``, ``symmetric``,
+            ``scale``, ``zero_point``, ``narrow``.
+
+    Returns:
+        float formats: uint8 codes of ``x.shape`` (a torch tensor for torch input).
+        scaled formats: a :class:`QuantizedArray`.
+
+    Raises:
+        ValueError / TypeError: unknown format or rounding, non-float input, bad ``sr_bits``,
+        stochastic rounding without a seed, bad scaled-format arguments.
+
+    Example:
+        >>> import numpy as np, lowprec as lp
+        >>> lp.encode(np.array([1.0, 448.0, 500.0], np.float32), "e4m3")
+        array([ 56, 126, 127], dtype=uint8)
+    """
+    f = get_format(fmt)
+    kind = f.info.kind
+    if kind == "float":
+        _no_extra(kwargs, f.name, _FLOAT_ARGS)
+        return _float_codec(x, f, rounding, saturate, seed, sr_bits, out, False)
+    if out is not None:
+        raise TypeError(f"out= is not supported when encoding to the scaled format {f.name!r}")
+    if kind == "mx":
+        from . import mx
+
+        return mx.encode(x, f, rounding=rounding, seed=seed, sr_bits=sr_bits,
+                         saturate=saturate, **kwargs)
+    from . import integer
+
+    return integer.encode(x, f, rounding=rounding, seed=seed, sr_bits=sr_bits,
+                          saturate=saturate, **kwargs)
+
+
+def decode(codes: Any, fmt: str | Format | None = None, *, out: np.ndarray | None = None):
+    """Decode codes to float32 values.
+
+    Args:
+        codes: uint8 codes of a float format (numpy or torch), together with ``fmt``; or a
+            :class:`QuantizedArray` from :func:`encode` (then ``fmt`` may be omitted).
+        fmt: the format of plain codes.
+        out: optional preallocated float32 array (plain codes only).
+
+    Returns:
+        float32 values of ``codes.shape``, exactly the values of the codes (NaN codes -> NaN).
+
+    Raises:
+        ValueError: unknown format; a scaled format given plain codes without scales;
+            codes/scales shapes that do not match.
+        TypeError: codes that are not uint8.
+
+    Example:
+        >>> lp.decode(np.array([0x38, 0x7F], np.uint8), "e4m3")
+        array([ 1., nan], dtype=float32)
+    """
+    if isinstance(codes, QuantizedArray):
+        f = get_format(codes.format)
+        if fmt is not None and get_format(fmt) != f:
+            raise ValueError(f"QuantizedArray holds {f.name!r} codes, not {get_format(fmt).name!r}")
+        if f.info.kind == "mx":
+            from . import mx
+
+            return mx.decode(codes)
+        from . import integer
+
+        return integer.decode(codes)
+    if fmt is None:
+        raise ValueError("decode needs fmt= for plain codes (or pass a QuantizedArray)")
+    f = get_format(fmt)
+    if f.info.kind != "float":
+        raise ValueError(
+            f"{f.name!r} codes need their scales: pass the QuantizedArray returned by encode"
+        )
+    arr, was_torch = A.codes_array(codes)
+    if arr.dtype != np.uint8:
+        raise TypeError(f"{f.name} codes must have dtype uint8, got {arr.dtype}")
+    o = A.make_out(out, arr.shape, np.float32)
+    A.lookup(arr, f.values(), o)
+    return A.wrap(o, was_torch) if out is None else out
+
+
+def quantize(
+    x: Any,
+    fmt: str | Format,
+    rounding: str | Rounding | None = None,
+    saturate: bool = False,
+    *,
+    seed: int | np.random.Generator | None = None,
+    sr_bits: int = SR_BITS_DEFAULT,
+    out: np.ndarray | None = None,
+    **kwargs: Any,
+):
+    """Fake-quantize: round ``x`` to values of ``fmt`` and return them as float32, in one pass.
+
+    Equal to ``decode(encode(x, fmt, ...))`` for every input (tested), but fused: the float
+    formats never materialise codes.  Arguments as :func:`encode`; ``out`` (float32, C-contiguous,
+    ``x.shape``) is accepted for every format.
+
+    Example:
+        >>> lp.quantize(np.array([0.1, 100.0], np.float32), "hif8")
+        array([ 0.09375, 96.     ], dtype=float32)
+    """
+    f = get_format(fmt)
+    kind = f.info.kind
+    if kind == "float":
+        _no_extra(kwargs, f.name, _FLOAT_ARGS)
+        return _float_codec(x, f, rounding, saturate, seed, sr_bits, out, True)
+    if kind == "mx":
+        from . import mx
+
+        return mx.quantize(x, f, rounding=rounding, seed=seed, sr_bits=sr_bits,
+                           saturate=saturate, out=out, **kwargs)
+    from . import integer
+
+    return integer.quantize(x, f, rounding=rounding, seed=seed, sr_bits=sr_bits,
+                            saturate=saturate, out=out, **kwargs)
