@@ -50,3 +50,16 @@ def _shift32(op):
 # vector width).  The shift count must be < 32 (LLVM semantics); callers guarantee it.
 shr32 = intrinsic(_shift32("lshr"))
 shl32 = intrinsic(_shift32("shl"))
+
+
+@intrinsic
+def f64_as_u64(typingctx, x):
+    """Reinterpret a float64 scalar as uint64 (inside Numba code only)."""
+    if x != types.float64:
+        return None
+    sig = types.uint64(types.float64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.uint64))
+
+    return sig, codegen

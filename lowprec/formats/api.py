@@ -38,6 +38,8 @@ def _float_codec(x, f: Format, rounding, saturate, seed, sr_bits, out, want_valu
     arr, was_torch = A.to_numpy(x)
     A.check_float(arr)
     r = parse_rounding(rounding if rounding is not None else f.info.default_rounding, f.name)
+    if saturate is None:
+        saturate = False
     if not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate must be True or False, got {saturate!r}")
     if r == HYBRID and arr.dtype == np.float64:
@@ -59,7 +61,7 @@ def encode(
     x: Any,
     fmt: str | Format,
     rounding: str | Rounding | None = None,
-    saturate: bool = False,
+    saturate: bool | None = None,
     *,
     seed: int | np.random.Generator | None = None,
     sr_bits: int = SR_BITS_DEFAULT,
@@ -75,7 +77,9 @@ def encode(
         rounding: ``nearest_even``, ``nearest_away``, ``toward_zero``, ``up``, ``down``,
             ``stochastic`` (and ``hybrid`` for hif8, provisional); default: the format's own
             convention (``nearest_away`` for hif8, ``nearest_even`` otherwise).
-        saturate: False: the format's non-saturating conversion (overflow -> NaN for e4m3,
+        saturate: None (default): the format's convention (non-saturating for hif8, e4m3,
+            e5m2; saturating elements for MX; integer codes always clamp).
+            False: the format's non-saturating conversion (overflow -> NaN for e4m3,
             Inf for e5m2 and hif8; directed modes follow IEEE 754 7.4); True: clamp overflow
             and +-Inf to +-max. MX elements always saturate.
         seed: stochastic rounding only (required then): an int >= 0 or a numpy Generator.
@@ -168,7 +172,7 @@ def quantize(
     x: Any,
     fmt: str | Format,
     rounding: str | Rounding | None = None,
-    saturate: bool = False,
+    saturate: bool | None = None,
     *,
     seed: int | np.random.Generator | None = None,
     sr_bits: int = SR_BITS_DEFAULT,

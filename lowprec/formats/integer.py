@@ -1,0 +1,626 @@
+"""INT8 / UINT8 affine quantization with per-tensor, per-channel, per-token and per-block scales.
+
+Codes and values (design.md "Formats")::
+
+    x_q = clamp(round(x / s) + z, qmin, qmax)        codes: int8 for "int8", uint8 for "uint8"
+    x'  = (x_q - z) * s                              float32 (one rounding of the exact product)
+
+Ranges ``[qmin, qmax]``:
+
+    ============  =================  ==================
+    format        symmetric (z = 0)  asymmetric (z int)
+    ============  =================  ==================
+    int8          [-127, 127]        [-128, 127]
+    int8 narrow   [-127, 127]        [-127, 127]
+    int8 wide     [-128, 127]        [-128, 127]
+    uint8         [0, 255]           [0, 255]
+    ============  =================  ==================
+
+``narrow=None`` (default) means narrow for symmetric int8 and wide otherwise; ``narrow=True`` is
+an error for uint8.  Symmetric uint8 has ``z = 0``: only non-negative values are representable
+and negative inputs clamp to code 0 (use int8, or ``symmetric=False``, for signed data).
+
+Scales (float32, > 0) are computed from the data unless ``scale=`` is given:
+
+* symmetric: ``s = amax / Q`` with ``amax = max |x|`` over the group and ``Q = 127`` for int8
+  (narrow or wide: ``-128`` is reached only by clamping) and ``255`` for uint8.
+* asymmetric: ``lo = min(min x, 0)``, ``hi = max(max x, 0)`` (so that 0 is exactly
+  representable), ``s = (hi - lo) / (qmax - qmin)`` and ``z = clamp(qmin - rint(lo / s), qmin,
+  qmax)`` with ``rint`` round-half-even of the float64 quotient by the float32 ``s``.
+* only finite values count (NaN and +-Inf are ignored when computing amax/min/max); a group
+  with no non-zero finite value gets ``s = 1.0``.
+* the scale is computed in float64 and rounded once to float32 (nearest even), then clamped to
+  the positive float32 range ``[2**-149, 3.4028235e38]``.
+
+Explicit ``scale=`` (and ``zero_point=``, asymmetric only) may be a scalar or an array
+broadcastable to the granularity's scale shape (per-channel also accepts a 1-D array of
+``x.shape[axis]`` values).  Scales are rounded to float32; zero, negative, NaN or Inf scales
+(before or after that rounding) raise ``ValueError``; zero points must be integers in
+``[qmin, qmax]``.  With ``symmetric=False``, ``scale=`` and no ``zero_point=``, the zero points
+are computed from the data with the given scales as above.
+
+Granularities (the ``QuantizedArray`` records ``granularity``, ``axis``, ``block_size``):
+
+* ``per_tensor``: one scale; stored with shape ``(1,) * x.ndim``; ``axis = None``.
+* ``per_channel``: one scale per index of ``axis`` (default 0); stored keepdims
+  (``x.shape[axis]`` on ``axis``, 1 elsewhere).
+* ``per_token``: one scale per row, reducing over the last axis only; stored with shape
+  ``x.shape[:-1] + (1,)``; ``axis = None`` (the rule is fixed).
+* ``per_block``: blocks of ``block_size`` (required) consecutive elements along ``axis``
+  (default -1), the last block may be partial; scales have shape ``x.shape`` with ``axis``
+  replaced by the number of blocks ``ceil(x.shape[axis] / block_size)``.
+
+Arithmetic.  The quotient ``x / s`` is computed in float64 and rounded to an integer by the shared
+:func:`lowprec.formats.rounding.round_to_int` (every mode except ``hybrid``).  For float32,
+float16 and bfloat16 inputs the float64 quotient of two 24-bit significands decides every
+deterministic mode exactly as the exact quotient would (53 >= 2 * 24 + 2: it is never rounded onto
+or across an integer or a half-integer).  Stochastic rounding reads the float64 quotient's
+fraction truncated to ``sr_bits`` bits; for float32 inputs this is the exact quotient's truncated
+fraction except when the float64 quotient lands exactly on a multiple of ``2**-sr_bits``, where the
+probability of rounding up can be ``2**-sr_bits`` too high.  Float64 inputs have one float64
+rounding of the quotient before the integer rounding.  Stochastic rounding uses the counter-based
+random bits of the element's flat C-order index, so results do not depend on thread count.
+
+Special values.  NaN has no integer code: :func:`encode` raises ``ValueError``; :func:`quantize`
+returns NaN there.  +-Inf saturate to ``qmax`` / ``qmin`` in both.  ``saturate`` is accepted for
+API symmetry with the float formats, but integer codes always clamp to ``[qmin, qmax]``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import njit, prange
+
+from . import _arrays as A
+from .core import Format, FormatInfo, QuantizedArray, Rounding, _register, get_format
+from .core import parse_rounding
+from .rounding import SR, SR_BITS_DEFAULT, check_seed, check_sr_bits, round_to_int
+
+__all__ = ["encode", "decode", "quantize", "INT8_INFO", "UINT8_INFO", "GRANULARITIES"]
+
+INT8_MIN = -128
+INT8_MAX = 127
+INT8_NARROW_MIN = -127  # symmetric default: the range is symmetric about 0
+UINT8_MIN = 0
+UINT8_MAX = 255
+GRANULARITIES = ("per_tensor", "per_channel", "per_token", "per_block")
+_GRAN_NAMES = ", ".join(GRANULARITIES)
+
+F32_TINY = 2.0**-149  # smallest positive float32 (subnormal): lower clamp of computed scales
+F32_MAX = float(np.finfo(np.float32).max)  # upper clamp of computed scales
+# round_to_int reads the fraction as a 53-bit integer; a non-zero |y| below 2**-53 would read as
+# exact 0 (wrong for the directed modes).  Such y are replaced by +-2**-53, which every mode
+# rounds exactly like the original (nearest/toward-zero/stochastic: 0; up/down: away from 0).
+_TINY_Y = 2.0**-53
+_BIG_Y = 2.0**52  # |y| >= 2**52 is an integer already (or +-Inf / NaN): no rounding needed
+CHUNK = 4096  # elements per parallel work item
+
+PARALLEL_MIN = A.PARALLEL_MIN
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels.  The input is a flat C-order float32/float64 array viewed as (P, L, Q): outer index
+# o, axis index m, inner index i.  The scale of element (o, m, i) is
+# scale[o * so + (m // bs) * sm + i * si], which covers every granularity (see _layout).
+
+
+@njit(inline="always", cache=True)
+def _quantize_one(v, s, z, qmin, qmax, mode, seed, idx, sr_bits):
+    """Clamped code (as float64; NaN for NaN input) of one element."""
+    y = np.float64(v) / s
+    a = abs(y)
+    if a < _BIG_Y:
+        if a < _TINY_Y and a != 0.0:
+            y = -_TINY_Y if y < 0.0 else _TINY_Y
+        r = round_to_int(y, mode, seed, idx, sr_bits)
+    else:
+        r = y  # integer already, +-Inf or NaN
+    q = r + z
+    q = qmin if q < qmin else q
+    q = qmax if q > qmax else q
+    return q
+
+
+@njit(cache=True, nogil=True)
+def _chunk(x, scale, zp, codes, vals, want_value, start, stop, L, Q, bs, so, sm, si,
+           qmin, qmax, mode, seed, sr_bits):
+    """Encode or fake-quantize elements ``start .. stop - 1``; returns the number of NaNs."""
+    row = start // Q
+    i = start - row * Q
+    o = row // L
+    m = row - o * L
+    base = o * so + (m // bs) * sm
+    nan = 0
+    for k in range(start, stop):
+        j = base + i * si
+        s = scale[j]
+        z = zp[j]
+        q = _quantize_one(x[k], s, z, qmin, qmax, mode, seed, k, sr_bits)
+        if want_value:
+            vals[k] = np.float32((q - z) * s)  # exact product, one rounding to float32
+        elif q != q:
+            nan += 1
+            codes[k] = 0
+        else:
+            codes[k] = np.uint8(np.int64(q) & 0xFF)  # int8 codes: two's complement bits
+        i += 1
+        if i == Q:
+            i = 0
+            m += 1
+            if m == L:
+                m = 0
+                o += 1
+            base = o * so + (m // bs) * sm
+    return nan
+
+
+@njit(cache=True, nogil=True)
+def _codec_serial(x, scale, zp, codes, vals, want_value, L, Q, bs, so, sm, si,
+                  qmin, qmax, mode, seed, sr_bits):
+    n = x.shape[0]
+    if n == 0:
+        return 0
+    return _chunk(x, scale, zp, codes, vals, want_value, 0, n, L, Q, bs, so, sm, si,
+                  qmin, qmax, mode, seed, sr_bits)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _codec_parallel(x, scale, zp, codes, vals, want_value, L, Q, bs, so, sm, si,
+                    qmin, qmax, mode, seed, sr_bits):
+    n = x.shape[0]
+    nch = (n + CHUNK - 1) // CHUNK
+    nans = np.zeros(nch, dtype=np.int64)
+    for c in prange(nch):
+        start = c * CHUNK
+        stop = min(n, start + CHUNK)
+        nans[c] = _chunk(x, scale, zp, codes, vals, want_value, start, stop, L, Q, bs, so, sm,
+                         si, qmin, qmax, mode, seed, sr_bits)
+    return nans.sum()
+
+
+@njit(cache=True, nogil=True)
+def _minmax(x, lo, hi, L, Q, bs, so, sm, si):
+    """``lo[j]``/``hi[j]`` = min/max of the finite elements of scale group ``j`` (in place;
+    start from +Inf/-Inf)."""
+    n = x.shape[0]
+    if n == 0:
+        return
+    P = n // (L * Q)
+    for o in range(P):
+        for m in range(L):
+            base = o * so + (m // bs) * sm
+            k0 = (o * L + m) * Q
+            if si == 0:
+                a = lo[base]
+                b = hi[base]
+                for i in range(Q):
+                    v = np.float64(x[k0 + i])
+                    if math.isfinite(v):
+                        a = min(a, v)
+                        b = max(b, v)
+                lo[base] = a
+                hi[base] = b
+            else:
+                for i in range(Q):
+                    v = np.float64(x[k0 + i])
+                    if math.isfinite(v):
+                        j = base + i
+                        lo[j] = min(lo[j], v)
+                        hi[j] = max(hi[j], v)
+
+
+# --------------------------------------------------------------------------------------------
+# Validation and set-up (plain Python, O(number of scales))
+
+
+class _Layout:
+    """How ``x`` (C order) maps onto the scale array: see the kernel comment above."""
+
+    __slots__ = ("L", "Q", "bs", "so", "sm", "si", "scale_shape", "axis", "block_size",
+                 "granularity")
+
+    def __init__(self, shape, granularity, axis, block_size):
+        if not isinstance(granularity, str) or granularity not in GRANULARITIES:
+            raise ValueError(f"granularity {granularity!r} is not one of {_GRAN_NAMES}")
+        nd = len(shape)
+        self.granularity = granularity
+        self.block_size = None
+        if granularity != "per_block" and block_size is not None:
+            raise ValueError(
+                f"block_size applies to granularity 'per_block' only, not {granularity!r}"
+            )
+        if granularity in ("per_tensor", "per_token") and axis is not None:
+            raise ValueError(
+                f"axis applies to granularities 'per_channel' and 'per_block' only, not "
+                f"{granularity!r} (per_token always reduces over the last axis)"
+            )
+        if granularity != "per_tensor" and nd == 0:
+            raise ValueError(f"granularity {granularity!r} needs an input with at least 1 axis")
+        self.bs = 1
+        self.so = self.sm = self.si = 0
+        n = math.prod(shape)
+        if granularity == "per_tensor":
+            self.L, self.Q = 1, n
+            self.scale_shape = (1,) * nd
+            self.axis = None
+        elif granularity == "per_token":
+            self.L, self.Q = 1, shape[-1]
+            self.so = 1
+            self.scale_shape = tuple(shape[:-1]) + (1,)
+            self.axis = None
+        else:
+            a = _norm_axis(0 if axis is None and granularity == "per_channel" else
+                           (-1 if axis is None else axis), nd)
+            self.axis = a
+            self.L = shape[a]
+            self.Q = math.prod(shape[a + 1:])
+            if granularity == "per_channel":
+                self.sm = 1
+                ss = [1] * nd
+                ss[a] = self.L
+                self.scale_shape = tuple(ss)
+            else:
+                if (isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer))
+                        or block_size < 1):
+                    raise ValueError(
+                        f"block_size must be an integer >= 1 for granularity 'per_block', "
+                        f"got {block_size!r}"
+                    )
+                bs = int(block_size)
+                nb = -(-self.L // bs)
+                self.bs = bs
+                self.block_size = bs
+                self.sm = self.Q
+                self.so = nb * self.Q
+                self.si = 1
+                ss = list(shape)
+                ss[a] = nb
+                self.scale_shape = tuple(ss)
+        if self.L == 0 or self.Q == 0:  # empty input: the kernels never divide by these
+            self.L, self.Q = max(self.L, 1), max(self.Q, 1)
+
+    @property
+    def args(self):
+        return (np.int64(self.L), np.int64(self.Q), np.int64(self.bs), np.int64(self.so),
+                np.int64(self.sm), np.int64(self.si))
+
+
+def _norm_axis(axis, nd):
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -nd <= axis < nd:
+        raise ValueError(
+            f"axis {axis!r} is not valid for a {nd}-D input; allowed: integers {-nd}..{nd - 1}"
+        )
+    return int(axis) % nd
+
+
+def _qrange(f: Format, symmetric: bool, narrow) -> tuple[int, int]:
+    if narrow is not None and not isinstance(narrow, (bool, np.bool_)):
+        raise TypeError(f"narrow must be True, False or None, got {narrow!r}")
+    if f.name == "uint8":
+        if narrow:
+            raise ValueError("narrow=True applies to int8 only; uint8 always uses [0, 255]")
+        return UINT8_MIN, UINT8_MAX
+    if narrow is None:
+        narrow = symmetric
+    return (INT8_NARROW_MIN if narrow else INT8_MIN), INT8_MAX
+
+
+def _user_array(v, what: str) -> np.ndarray:
+    if A.is_torch(v):
+        v = A.to_numpy(v, what)[0]
+    arr = np.asarray(v)
+    if arr.dtype == A.BF16 or arr.dtype == np.float16:
+        arr = arr.astype(np.float32)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{what} must be a real number or array, got dtype {arr.dtype}")
+    return arr
+
+
+def _fit_shape(arr: np.ndarray, lay: _Layout, what: str) -> np.ndarray:
+    shape = lay.scale_shape
+    if (lay.granularity == "per_channel" and arr.ndim == 1 and arr.shape[0] == lay.L
+            and len(shape) > 1):
+        arr = arr.reshape(shape)
+    try:
+        return np.broadcast_to(arr, shape)
+    except ValueError:
+        raise ValueError(
+            f"{what} of shape {arr.shape} does not broadcast to the {lay.granularity} scale "
+            f"shape {shape}"
+        ) from None
+
+
+def _explicit_scale(scale, lay: _Layout) -> np.ndarray:
+    s = _fit_shape(_user_array(scale, "scale"), lay, "scale").astype(np.float64)
+    if not np.all(np.isfinite(s) & (s > 0)):
+        raise ValueError("scale must be finite and > 0 everywhere (got zero, negative, NaN or Inf)")
+    with np.errstate(over="ignore", under="ignore"):
+        s32 = s.astype(np.float32)
+    if not np.all(np.isfinite(s32) & (s32 > 0)):
+        raise ValueError("scale must be a positive finite float32 (it under- or overflows "
+                         "float32)")
+    return s32
+
+
+def _explicit_zero_point(zero_point, lay: _Layout, qmin: int, qmax: int) -> np.ndarray:
+    z = _fit_shape(_user_array(zero_point, "zero_point"), lay, "zero_point")
+    zf = z.astype(np.float64)
+    if not np.all(np.floor(zf) == zf):
+        raise ValueError("zero_point must hold integers")
+    if z.size and (zf.min() < qmin or zf.max() > qmax):
+        raise ValueError(f"zero_point must lie in [{qmin}, {qmax}]")
+    return zf.astype(np.int32)
+
+
+def _to_f32_scale(s64: np.ndarray) -> np.ndarray:
+    """Round float64 scales to float32 (nearest) and clamp to the positive float32 range."""
+    with np.errstate(over="ignore", under="ignore"):
+        s32 = s64.astype(np.float32)
+    return np.clip(s32, np.float32(F32_TINY), np.float32(F32_MAX))
+
+
+def _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size,
+             symmetric, scale, zero_point, narrow):
+    """Validate everything; return the flat input, the layout, scales and zero points."""
+    f = get_format(f)
+    if f.info.kind != "int":
+        raise ValueError(f"{f.name!r} is not an integer format; use int8 or uint8")
+    arr, was_torch = A.to_numpy(x)
+    A.check_float(arr)
+    r = parse_rounding(rounding if rounding is not None else f.info.default_rounding, f.name)
+    if saturate is not None and not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate must be True, False or None, got {saturate!r}")
+    if not isinstance(symmetric, (bool, np.bool_)):
+        raise TypeError(f"symmetric must be True or False, got {symmetric!r}")
+    sr = check_sr_bits(sr_bits) if r == Rounding.STOCHASTIC else SR_BITS_DEFAULT
+    seed_v = check_seed(seed, r == Rounding.STOCHASTIC)
+    qmin, qmax = _qrange(f, bool(symmetric), narrow)
+    lay = _Layout(arr.shape, granularity, axis, block_size)
+    if symmetric and zero_point is not None:
+        raise ValueError("zero_point applies to symmetric=False only (symmetric means z = 0)")
+    if scale is None and zero_point is not None:
+        raise ValueError("zero_point= needs scale= as well")
+
+    if arr.dtype not in (np.float32, np.float64):
+        arr = arr.astype(np.float32)  # float16 and bfloat16 widen exactly
+    flat = np.ascontiguousarray(arr).reshape(-1)
+
+    s32 = _explicit_scale(scale, lay) if scale is not None else None
+    zp = None
+    if symmetric:
+        if s32 is None:
+            lo, hi = _group_minmax(flat, lay)
+            amax = np.maximum(-lo, hi)
+            s32 = _to_f32_scale(amax / (UINT8_MAX if f.name == "uint8" else INT8_MAX))
+            s32[amax == 0] = 1.0
+    else:
+        if zero_point is not None:
+            zp = _explicit_zero_point(zero_point, lay, qmin, qmax)
+        else:
+            lo, hi = _group_minmax(flat, lay)
+            if s32 is None:
+                s32 = _to_f32_scale((hi - lo) / (qmax - qmin))
+                s32[hi == lo] = 1.0
+            zf = qmin - np.rint(lo / s32.astype(np.float64))
+            zp = np.clip(zf, qmin, qmax).astype(np.int32)
+    s32 = np.ascontiguousarray(s32, dtype=np.float32).reshape(lay.scale_shape)
+    if zp is not None:
+        zp = np.ascontiguousarray(zp, dtype=np.int32).reshape(lay.scale_shape)
+    return dict(arr=arr, flat=flat, was_torch=was_torch, lay=lay, scales=s32, zps=zp,
+                mode=int(r), seed=seed_v, sr_bits=sr, qmin=qmin, qmax=qmax, fmt=f)
+
+
+def _group_minmax(flat: np.ndarray, lay: _Layout):
+    """Per scale group min(min x, 0) and max(max x, 0) over finite x, as float64 arrays."""
+    ns = math.prod(lay.scale_shape)
+    lo = np.full(ns, np.inf)
+    hi = np.full(ns, -np.inf)
+    _minmax(flat, lo, hi, *lay.args)
+    lo = np.minimum(lo, 0.0).reshape(lay.scale_shape)
+    hi = np.maximum(hi, 0.0).reshape(lay.scale_shape)
+    return lo, hi
+
+
+def _run(p, codes, vals, want_value: bool) -> int:
+    flat = p["flat"]
+    s64 = p["scales"].reshape(-1).astype(np.float64)
+    zps = p["zps"]
+    z64 = np.zeros(s64.shape[0]) if zps is None else zps.reshape(-1).astype(np.float64)
+    kern = _codec_parallel if flat.shape[0] >= PARALLEL_MIN else _codec_serial
+    return int(kern(flat, s64, z64, codes, vals, want_value, *p["lay"].args,
+                    np.float64(p["qmin"]), np.float64(p["qmax"]), np.int64(p["mode"]),
+                    np.uint64(p["seed"]), np.int64(p["sr_bits"])))
+
+
+def _wrap_like(a: np.ndarray | None, as_torch: bool):
+    return None if a is None else A.wrap(a, as_torch)
+
+
+# --------------------------------------------------------------------------------------------
+# Public codec
+
+
+def encode(x: Any, f: Format, *, rounding: str | Rounding | None = None,
+           seed: int | np.random.Generator | None = None, sr_bits: int = SR_BITS_DEFAULT,
+           saturate: bool | None = None, granularity: str = "per_tensor", axis: int | None = None,
+           block_size: int | None = None, symmetric: bool = True, scale: Any = None,
+           zero_point: Any = None, narrow: bool | None = None) -> QuantizedArray:
+    """Quantize ``x`` to int8/uint8 codes with scales (and zero points): a :class:`QuantizedArray`.
+
+    ``codes = clamp(round(x / s) + z, qmin, qmax)``; see the module docstring for the ranges, how
+    scales are computed and the float64-quotient convention.
+
+    Args:
+        x: numpy array or CPU torch tensor of float32, float64, float16 or bfloat16, any shape
+            and strides.
+        f: the ``int8`` or ``uint8`` :class:`Format` (or its name).
+        rounding: any :class:`Rounding` except ``hybrid``; default ``nearest_even``.
+        seed: stochastic rounding only (required then): int >= 0 or numpy Generator; element
+            ``i`` (flat C order) uses random bits depending only on ``(seed, i)``.
+        sr_bits: random bits per element for stochastic rounding, 1..32.
+        saturate: True, False or None, accepted for API symmetry; integer codes always clamp
+            to ``[qmin, qmax]``.
+        granularity: ``per_tensor``, ``per_channel``, ``per_token`` or ``per_block``.
+        axis: per_channel: the channel axis (default 0); per_block: the blocked axis
+            (default -1); must be None otherwise.
+        block_size: per_block only (required): elements per block along ``axis``; the last
+            block may be partial.
+        symmetric: True: ``z = 0``, ``s = amax / 127`` (int8) or ``amax / 255`` (uint8; negative
+            values clamp to 0); False: asymmetric min/max scales with integer zero points.
+        scale: explicit scales (scalar or array broadcastable to the scale shape; float32 > 0).
+        zero_point: explicit integer zero points in ``[qmin, qmax]`` (asymmetric, with ``scale``).
+        narrow: int8 only: True for ``[-127, 127]``, False for ``[-128, 127]``; default: narrow
+            when symmetric.
+
+    Returns:
+        ``QuantizedArray(codes, scales, format, axis, block_size, zero_points, granularity)``:
+        codes int8/uint8 of ``x.shape``; float32 scales (keepdims shape, or the blocks shape
+        for per_block); int32 zero points of the same shape, or None when symmetric.  Torch
+        input gives torch tensors.
+
+    Raises:
+        TypeError: non-float input; non-bool ``saturate``/``symmetric``/``narrow``.
+        ValueError: NaN in ``x`` (no integer code); bad rounding (``hybrid``), granularity,
+            axis, block_size, scale or zero_point; stochastic rounding without a seed.
+
+    Example:
+        >>> import numpy as np, lowprec as lp
+        >>> q = lp.encode(np.array([-1.0, 0.5, 2.0], np.float32), "int8")
+        >>> q.codes, q.scales
+        (array([-64,  32, 127], dtype=int8), array([0.01574803], dtype=float32))
+    """
+    p = _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size,
+                 symmetric, scale, zero_point, narrow)
+    fmt = p["fmt"]
+    codes = np.empty(p["arr"].shape, dtype=np.uint8)
+    nan = _run(p, codes.reshape(-1), np.empty(0, np.float32), False)
+    if nan:
+        raise ValueError(
+            f"NaN has no {fmt.name} code ({nan} NaN value(s) in x); use quantize() to "
+            "propagate NaN, or remove NaNs first"
+        )
+    if fmt.name == "int8":
+        codes = codes.view(np.int8)
+    t = p["was_torch"]
+    lay = p["lay"]
+    return QuantizedArray(codes=A.wrap(codes, t), scales=A.wrap(p["scales"], t), format=fmt.name,
+                          axis=lay.axis, block_size=lay.block_size,
+                          zero_points=_wrap_like(p["zps"], t), granularity=lay.granularity)
+
+
+def quantize(x: Any, f: Format, *, rounding: str | Rounding | None = None,
+             seed: int | np.random.Generator | None = None, sr_bits: int = SR_BITS_DEFAULT,
+             saturate: bool | None = None, out: np.ndarray | None = None,
+             granularity: str = "per_tensor", axis: int | None = None,
+             block_size: int | None = None, symmetric: bool = True, scale: Any = None,
+             zero_point: Any = None, narrow: bool | None = None):
+    """Fake-quantize ``x`` through int8/uint8: ``(clamp(round(x / s) + z) - z) * s`` in float32.
+
+    Fused (one pass, no codes materialised) and bit-identical to ``decode(encode(x, ...))`` for
+    NaN-free input; NaN input gives NaN, +-Inf give ``(qmax - z) * s`` / ``(qmin - z) * s``.
+
+    Args:
+        x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size, symmetric,
+        scale, zero_point, narrow: as :func:`encode`.
+        out: optional preallocated C-contiguous float32 array (or CPU tensor) of ``x.shape``.
+
+    Returns:
+        float32 values of ``x.shape`` (a torch tensor for torch input), or ``out``.
+
+    Raises:
+        as :func:`encode`, except that NaN is allowed; ValueError for a bad ``out``.
+
+    Example:
+        >>> lp.quantize(np.array([-1.0, 0.5, 2.0], np.float32), "int8")
+        array([-1.007874 ,  0.503937 ,  2.       ], dtype=float32)
+    """
+    p = _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size,
+                 symmetric, scale, zero_point, narrow)
+    o = A.make_out(out, p["arr"].shape, np.float32)
+    _run(p, np.empty(0, np.uint8), o.reshape(-1), True)
+    return A.wrap(o, p["was_torch"]) if out is None else out
+
+
+def decode(q: QuantizedArray):
+    """Dequantize an int8/uint8 :class:`QuantizedArray`: ``(codes - z) * s`` in float32.
+
+    Args:
+        q: as returned by :func:`encode` (numpy or torch fields).
+
+    Returns:
+        float32 values of ``q.codes.shape`` (a torch tensor if ``q.codes`` is one).  Each value
+        is the float32 rounding of the exact product ``(code - z) * s``.
+
+    Raises:
+        TypeError: codes of the wrong dtype (int8 for int8, uint8 for uint8).
+        ValueError: not an integer format; scales/zero points whose shape does not fit the codes.
+
+    Example:
+        >>> lp.decode(lp.encode(np.array([-1.0, 0.5, 2.0], np.float32), "int8"))
+        array([-1.007874 ,  0.503937 ,  2.       ], dtype=float32)
+    """
+    f = get_format(q.format)
+    if f.info.kind != "int":
+        raise ValueError(f"{f.name!r} is not an integer format; use int8 or uint8")
+    codes, was_torch = A.codes_array(q.codes)
+    want = np.dtype(np.int8 if f.name == "int8" else np.uint8)
+    if codes.dtype != want:
+        raise TypeError(f"{f.name} codes must have dtype {want}, got {codes.dtype}")
+    s = _user_array(q.scales, "scales").astype(np.float32)
+    z = None if q.zero_points is None else _user_array(q.zero_points, "zero_points")
+    if z is not None and z.shape != s.shape:
+        raise ValueError(f"zero_points shape {z.shape} differs from scales shape {s.shape}")
+    if q.granularity == "per_block" or (q.granularity is None and q.block_size is not None):
+        a, bs = q.axis, q.block_size
+        if a is None or bs is None or not 0 <= a < codes.ndim:
+            raise ValueError("per_block QuantizedArray needs a valid axis and block_size")
+        L = codes.shape[a]
+        exp = codes.shape[:a] + (-(-L // bs),) + codes.shape[a + 1:]
+        if s.shape != exp:
+            raise ValueError(f"per_block scales must have shape {exp}, got {s.shape}")
+        s = np.take(np.repeat(s, bs, axis=a), np.arange(L), axis=a)
+        if z is not None:
+            z = np.take(np.repeat(z, bs, axis=a), np.arange(L), axis=a)
+    else:
+        try:
+            if np.broadcast_shapes(s.shape, codes.shape) != codes.shape:
+                raise ValueError
+        except ValueError:
+            raise ValueError(
+                f"scales of shape {s.shape} do not broadcast to codes of shape {codes.shape}"
+            ) from None
+    v = codes.astype(np.float32)
+    if z is not None:
+        v = v - z.astype(np.float32)  # exact: small integers
+    out = np.ascontiguousarray(v * s, dtype=np.float32)  # one float32 rounding
+    return A.wrap(out, was_torch)
+
+
+# --------------------------------------------------------------------------------------------
+# Registration
+
+INT8_VALUES = np.arange(256, dtype=np.uint16).astype(np.uint8).view(np.int8).astype(np.float32)
+UINT8_VALUES = np.arange(256, dtype=np.float32)
+
+INT8_INFO = FormatInfo(
+    name="int8", bits=8, kind="int", max=float(INT8_MAX), min_normal=0.0, min_subnormal=1.0,
+    has_inf=False, has_nan=False, has_neg_zero=False, nan_codes=(), inf_codes=(), nan_code=None,
+    max_code=INT8_MAX, default_rounding=Rounding.NEAREST_EVEN, scaled=True,
+    qmin=INT8_NARROW_MIN, qmax=INT8_MAX,
+    doc="INT8 affine quantization: two's complement codes, symmetric [-127, 127] by default "
+        "([-128, 127] wide / asymmetric), float32 scales, int32 zero points",
+)
+UINT8_INFO = FormatInfo(
+    name="uint8", bits=8, kind="int", max=float(UINT8_MAX), min_normal=0.0, min_subnormal=1.0,
+    has_inf=False, has_nan=False, has_neg_zero=False, nan_codes=(), inf_codes=(), nan_code=None,
+    max_code=UINT8_MAX, default_rounding=Rounding.NEAREST_EVEN, scaled=True,
+    qmin=UINT8_MIN, qmax=UINT8_MAX,
+    doc="UINT8 affine quantization: codes [0, 255], float32 scales, int32 zero points "
+        "(symmetric: z = 0, negatives clamp to 0)",
+)
+
+_register(Format(INT8_INFO, INT8_VALUES))
+_register(Format(UINT8_INFO, UINT8_VALUES))

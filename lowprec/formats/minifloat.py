@@ -134,7 +134,7 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
     OVF_MAX_NEG = saturate or mode in (RZ, RUP)
     INF_VAL = math.inf if HAS_INF else math.nan
     OVF_CODE = INF_CODE if HAS_INF else NAN_CODE
-    WANT_VALUE = want_value
+    WANT_VALUE = bool(want_value)
     HYB = mode == HYBRID
     ONE = np.int64(1)
     # 2**k for every quantum exponent k a finite result can have
@@ -224,6 +224,9 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
         code = nan if a > INF_BITS else code
         return code, 0.0
 
+    if want_value is None:  # the per-element function itself, for other kernels (MX)
+        _KERNELS[key] = one
+        return one
     if want_value:
 
         @njit(cache=True, nogil=True)

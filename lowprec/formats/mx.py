@@ -1,0 +1,299 @@
+"""OCP Microscaling MXFP8: blocks of FP8 E4M3/E5M2 elements sharing one E8M0 scale
+(formats.md section 3).
+
+A block of ``k`` (default 32) consecutive elements along ``axis`` shares ``X = 2**(c - 127)``
+where ``c`` is the E8M0 scale code (0..254; 0xFF = NaN).  The last block along the axis may be
+shorter.  For a block with ``amax = max |v_i|`` (exact, in float64), the shared exponent is::
+
+    floor  (OCP default)  floor(log2(amax)) - emax_elem
+    ceil                  ceil(log2(amax)) - emax_elem
+    rceil                 ceil(log2(amax / max_elem))   (smallest 2**e with amax / 2**e <= max)
+    even                  floor(log2(RNA_m(amax))) - emax_elem, amax first rounded half away
+                          to the element's m mantissa bits (so a block max whose significand
+                          would round above the element's top binade takes the next scale)
+
+with ``emax_elem`` = 8 (E4M3) or 15 (E5M2), ``max_elem`` = 448 or 57344, clamped to
+[-127, 127]; an all-zero block gets -127 (code 0x00, formats.md 3.2 convention).  All of these
+are computed exactly from the float bits (never with a floating-point log2, formats.md 3.3).
+Rounding in ``rceil`` is exact here; hardware that divides in float32 first may differ when
+that quotient rounds onto a power of two.
+
+Elements: ``P_i = round(V_i * 2**-e)`` to E4M3/E5M2 with the chosen rounding mode, always
+saturating (OCP MX 6.3: overflow clamps to +-max); the scaling is exact in float64, so there is
+no double rounding.  NaN elements keep a NaN code.
+
+Non-finite inputs are implementation-defined in the spec (formats.md 3.3-3.4, open question 8).
+``nonfinite="nan"`` (default): a block holding NaN or +-Inf gets scale 0xFF and every element of
+it the element NaN code, so the whole block decodes to NaN (microxcaling's behaviour).
+``nonfinite="saturate"``: NaN as before, but +-Inf is treated as a huge finite value
+(scale from ``amax = Inf`` clamps to 2**127, the Inf element saturates to +-max; gfloat's
+behaviour).
+"""
+
+from __future__ import annotations
+
+
+import math
+
+import numpy as np
+from numba import njit
+
+from . import _arrays as A
+from ._bits import f64_as_u64
+from .core import Format, FormatInfo, QuantizedArray, Rounding, _register, parse_rounding
+from .minifloat import E4M3_INFO, E4M3_SPEC, E4M3_VALUES, E5M2_INFO, E5M2_SPEC, E5M2_VALUES
+from .minifloat import make_kernel
+from .rounding import HYBRID, SR, SR_BITS_DEFAULT, check_seed, check_sr_bits
+
+BLOCK_SIZE_DEFAULT = 32  # OCP MX 5.2
+E8M0_BIAS = 127
+E8M0_NAN = 0xFF
+SCALE_EXP_MIN = -127
+SCALE_EXP_MAX = 127
+SCALE_MODES = ("floor", "rceil", "ceil", "even")
+NONFINITE = ("nan", "saturate")
+
+# element format: (spec, info, values, emax_elem, mantissa bits)
+_ELEM = {
+    "mxfp8_e4m3": (E4M3_SPEC, E4M3_INFO, E4M3_VALUES, 8, 3),
+    "mxfp8_e5m2": (E5M2_SPEC, E5M2_INFO, E5M2_VALUES, 15, 2),
+}
+
+
+@njit(inline="always", cache=True)
+def _floor_log2(a):
+    """Exact floor(log2(a)) of a finite float64 a > 0 (subnormals included)."""
+    m, e = math.frexp(a)
+    return np.int64(e) - 1
+
+
+@njit(inline="always", cache=True)
+def _shared_exp(amax, mode, emax_elem, mbits, max_elem):
+    """Unclamped shared exponent of a block (see the module docstring); amax > 0 finite."""
+    fl = _floor_log2(amax)
+    if mode == 0:  # floor
+        return fl - emax_elem
+    if mode == 2:  # ceil
+        is_pow2 = amax == math.ldexp(1.0, fl)
+        return (fl if is_pow2 else fl + 1) - emax_elem
+    if mode == 1:  # rceil: smallest e with amax <= max_elem * 2**e
+        e = fl - emax_elem
+        while amax > max_elem * math.ldexp(1.0, e):
+            e += 1
+        while amax <= max_elem * math.ldexp(1.0, e - 1):
+            e -= 1
+        return e
+    # even: round amax half away to mbits mantissa bits, then floor_log2
+    q = math.ldexp(1.0, fl - mbits)
+    r = np.floor(amax / q + 0.5) * q  # amax / q < 2**(mbits+1): exact; + 0.5 exact
+    return _floor_log2(r) - emax_elem
+
+
+def _make_block_kernel(fmt_name: str, mode: int):
+    spec, _info, _vals, emax_elem, mbits = _ELEM[fmt_name]
+    one = make_kernel(spec, True, mode, True, None)
+    NAN_CODE = spec.nan_code
+    EMAX_ELEM = emax_elem
+    MBITS = mbits
+    MAX_ELEM = float(spec.max_value)
+
+    @njit(cache=True, nogil=True)
+    def kernel(x, k, smode, sat_inf, codes, scales, seed, sr_bits):
+        rows, n = x.shape
+        nb = scales.shape[1]
+        for r in range(rows):
+            for b in range(nb):
+                lo = b * k
+                hi = min(lo + k, n)
+                amax = 0.0
+                has_nan = False
+                has_inf = False
+                for i in range(lo, hi):
+                    v = x[r, i]
+                    if np.isnan(v):
+                        has_nan = True
+                    elif np.isinf(v):
+                        has_inf = True
+                    else:
+                        amax = max(amax, abs(v))
+                if has_nan or (has_inf and not sat_inf):
+                    scales[r, b] = E8M0_NAN
+                    for i in range(lo, hi):
+                        codes[r, i] = NAN_CODE | (0x80 if np.signbit(x[r, i]) else 0)
+                    continue
+                if has_inf:
+                    e = SCALE_EXP_MAX
+                elif amax == 0.0:
+                    e = SCALE_EXP_MIN
+                else:
+                    e = _shared_exp(amax, smode, EMAX_ELEM, MBITS, MAX_ELEM)
+                    e = min(max(e, SCALE_EXP_MIN), SCALE_EXP_MAX)
+                scales[r, b] = np.uint8(e + E8M0_BIAS)
+                inv = math.ldexp(1.0, -e)
+                for i in range(lo, hi):
+                    y = x[r, i] * inv  # exact: power-of-two scaling in float64
+                    codes[r, i] = np.uint8(one(f64_as_u64(y), seed, r * n + i, sr_bits)[0])
+
+    return kernel
+
+
+_BLOCK_KERNELS: dict = {}
+
+
+def _block_kernel(fmt_name: str, mode: int):
+    key = (fmt_name, mode)
+    if key not in _BLOCK_KERNELS:
+        _BLOCK_KERNELS[key] = _make_block_kernel(fmt_name, mode)
+    return _BLOCK_KERNELS[key]
+
+
+@njit(cache=True, nogil=True)
+def _decode_blocks(codes, scales, k, table, out):
+    rows, n = codes.shape
+    for r in range(rows):
+        for i in range(n):
+            s = scales[r, i // k]
+            if s == E8M0_NAN:
+                out[r, i] = np.nan
+            else:
+                out[r, i] = np.float32(np.float64(table[codes[r, i]]) *
+                                       math.ldexp(1.0, np.int64(s) - E8M0_BIAS))
+
+
+def _check_axis(axis, ndim):
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an integer, got {axis!r}")
+    if ndim == 0:
+        raise ValueError("MX formats need at least a 1-d input (blocks run along an axis)")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for a {ndim}-d input: use -{ndim}..{ndim - 1}")
+    return int(axis) % ndim
+
+
+def _check_block_size(block_size):
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
+        raise TypeError(f"block_size must be a positive integer, got {block_size!r}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    return int(block_size)
+
+
+def _parse(name, value, allowed):
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} {value!r} is not one of {', '.join(allowed)}")
+    return allowed.index(value)
+
+
+def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=SR_BITS_DEFAULT, saturate=None,
+           axis: int = -1, block_size: int = BLOCK_SIZE_DEFAULT, scale_mode: str = "floor",
+           nonfinite: str = "nan") -> QuantizedArray:
+    """Encode ``x`` to MXFP8 blocks along ``axis``.
+
+    Args:
+        x: float32/float64/float16/bfloat16 numpy array or CPU torch tensor (>= 1-d).
+        f: ``mxfp8_e4m3`` or ``mxfp8_e5m2``.
+        rounding: element rounding (default ``nearest_even``, OCP); every mode but ``hybrid``.
+        seed, sr_bits: stochastic rounding (counter = flat index in the axis-last layout).
+        saturate: None or True (MX elements always saturate, OCP MX 6.3); False raises.
+        axis: the blocked axis. block_size: elements per block (last block may be partial).
+        scale_mode: ``floor`` (OCP), ``rceil``, ``ceil``, ``even`` (module docstring).
+        nonfinite: ``nan`` or ``saturate``: what a block holding +-Inf becomes.
+
+    Returns:
+        :class:`QuantizedArray` with uint8 element ``codes`` (shape of ``x``) and uint8 E8M0
+        ``scales`` (shape of ``x`` with ``axis`` replaced by the number of blocks).
+
+    Example:
+        >>> q = lp.encode(np.array([1000.0, 1.0, 0.3], np.float32), "mxfp8_e4m3")
+        >>> hex(int(q.scales[0])), q.codes.tolist()
+        ('0x80', [126, 48, 34])
+    """
+    arr, was_torch = A.to_numpy(x)
+    A.check_float(arr)
+    r = parse_rounding(rounding if rounding is not None else Rounding.NEAREST_EVEN, "e4m3")
+    if r == HYBRID:
+        raise ValueError("hybrid rounding exists only for hif8")
+    if saturate is not True and saturate is not None:
+        if saturate is False:
+            raise ValueError("MX elements always saturate (OCP MX 6.3): saturate=False is not "
+                             "available for mxfp8 formats")
+        raise TypeError(f"saturate must be True or False, got {saturate!r}")
+    ax = _check_axis(axis, arr.ndim)
+    k = _check_block_size(block_size)
+    smode = _parse("scale_mode", scale_mode, SCALE_MODES)
+    sat_inf = _parse("nonfinite", nonfinite, NONFINITE) == 1
+    sr = check_sr_bits(sr_bits) if r == SR else SR_BITS_DEFAULT
+    seed_v = check_seed(seed, r == SR)
+    moved = np.moveaxis(arr, ax, -1)
+    lead = moved.shape[:-1]
+    n = moved.shape[-1]
+    x2 = np.ascontiguousarray(moved, dtype=np.float64).reshape(-1, n)
+    nb = -(-n // k)
+    codes = np.empty(x2.shape, dtype=np.uint8)
+    scales = np.empty((x2.shape[0], nb), dtype=np.uint8)
+    if x2.size:
+        _block_kernel(f.name, int(r))(x2, k, smode, sat_inf, codes, scales, np.uint64(seed_v),
+                                      np.int64(sr))
+    codes = np.ascontiguousarray(np.moveaxis(codes.reshape(lead + (n,)), -1, ax))
+    scales = np.ascontiguousarray(np.moveaxis(scales.reshape(lead + (nb,)), -1, ax))
+    return QuantizedArray(codes=A.wrap(codes, was_torch), scales=A.wrap(scales, was_torch),
+                          format=f.name, axis=ax, block_size=k)
+
+
+def decode(q: QuantizedArray):
+    """Decode an MXFP8 :class:`QuantizedArray` to float32 (``2**(scale-127) * element``; scale
+    0xFF gives NaN).  Raises ValueError if codes and scales do not match."""
+    codes, was_torch = A.codes_array(q.codes)
+    scales, _ = A.codes_array(q.scales, "scales")
+    if codes.dtype != np.uint8 or scales.dtype != np.uint8:
+        raise TypeError("MX codes and scales must be uint8")
+    k = _check_block_size(q.block_size)
+    ax = _check_axis(q.axis, codes.ndim)
+    nb = -(-codes.shape[ax] // k)
+    want = codes.shape[:ax] + (nb,) + codes.shape[ax + 1:]
+    if scales.shape != want:
+        raise ValueError(f"scales shape {scales.shape} does not match codes {codes.shape} with "
+                         f"block_size {k} along axis {ax}: expected {want}")
+    c2 = np.ascontiguousarray(np.moveaxis(codes, ax, -1))
+    s2 = np.ascontiguousarray(np.moveaxis(scales, ax, -1))
+    n = c2.shape[-1]
+    out = np.empty(c2.shape, dtype=np.float32)
+    if out.size:
+        _decode_blocks(c2.reshape(-1, n), s2.reshape(-1, nb), k, _ELEM[q.format][2],
+                       out.reshape(-1, n))
+    return A.wrap(np.ascontiguousarray(np.moveaxis(out, -1, ax)), was_torch)
+
+
+def quantize(x, f: Format, *, out=None, **kwargs):
+    """MX fake-quantization: ``decode(encode(x, ...))`` as float32 (arguments as
+    :func:`encode`; ``out`` is an optional float32 array of ``x.shape``).
+
+    Values beyond float32 range (only reachable from float64 input or ``nonfinite="saturate"``
+    with Inf, where the scale clamps to 2**127) become +-Inf in the float32 result."""
+    y = decode(encode(x, f, **kwargs))
+    if out is None:
+        return y
+    arr = y.numpy() if A.is_torch(y) else y
+    o = A.make_out(out, arr.shape, np.float32)
+    np.copyto(o, arr)
+    return out
+
+
+def _info(name: str) -> FormatInfo:
+    spec, einfo, _vals, _emax, _m = _ELEM[name]
+    return FormatInfo(
+        name=name, bits=8, kind="mx", max=einfo.max, min_normal=einfo.min_normal,
+        min_subnormal=einfo.min_subnormal, has_inf=False, has_nan=True,
+        has_neg_zero=True, nan_codes=einfo.nan_codes, inf_codes=(), nan_code=einfo.nan_code,
+        max_code=einfo.max_code, default_rounding=Rounding.NEAREST_EVEN, scaled=True,
+        element=einfo.name, block_size=BLOCK_SIZE_DEFAULT,
+        doc=f"OCP MX {einfo.name.upper()} elements, E8M0 scale per {BLOCK_SIZE_DEFAULT} "
+            "(formats.md 3); values() are unscaled element values",
+        extra={"scale_range": (2.0**SCALE_EXP_MIN, 2.0**SCALE_EXP_MAX)},
+    )
+
+
+for _name in _ELEM:
+    _register(Format(_info(_name), _ELEM[_name][2]))
+
+__all__ = ["encode", "decode", "quantize", "SCALE_MODES", "BLOCK_SIZE_DEFAULT"]

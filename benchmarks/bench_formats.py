@@ -1,0 +1,495 @@
+"""Throughput of lowprec's 8-bit float codecs against peer libraries, measured in one run.
+
+Every number in the printed table is the median, over ``--repeat`` timed calls, of wall time
+(``time.perf_counter``) divided by the element count, in nanoseconds per element.  Each callable
+is called once untimed first (Numba compiles, peers warm their caches).  Peers run in the same
+process on the same input, so ratios are like-for-like:
+
+* encode (float32 -> uint8 codes): ``lp.encode`` vs ml_dtypes ``x.astype(float8_*)`` and torch
+  ``t.to(torch.float8_*)``; hif8 vs en-dtypes ``x.astype(hifloat8)``.
+* fused quantize (float32 -> float32 on the format's grid): ``lp.quantize`` vs the round trip
+  ``x.astype(f8).astype(np.float32)`` (and torch's ``t.to(f8).to(torch.float32)``).
+* memory floor: the cheapest conversion numpy can do with the same bytes in and out
+  (``x.astype(np.uint8)``, ``np.copyto(out_u8, x, casting="unsafe")``; float32 copy for quantize).
+* decode, other rounding modes, float64 input: for information.
+* first-call latency of a fresh interpreter (Numba disk cache populated).
+
+The input is ``standard_normal * 10`` in float32 with about 0.1 % specials (NaN, +-Inf, +-0,
+subnormals, underflow, overflow).  The "check" column compares our result with each peer's,
+value by value (NaN == NaN), so the ratios are between computations that agree.
+
+The script reports; it asserts nothing.  A "targets" section at the end says PASS or MISS for
+each performance goal.  Run ``python benchmarks/bench_formats.py --help`` for the options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numba
+import numpy as np
+
+import lowprec as lp
+
+try:
+    import torch
+except ImportError:  # torch is an optional peer
+    torch = None
+try:
+    import en_dtypes
+except ImportError:  # en-dtypes is an optional peer (hif8 reference)
+    en_dtypes = None
+
+N_DEFAULT = 1 << 24
+REPEAT_DEFAULT = 7
+SEED = 0
+INPUT_SCALE = 10.0  # standard normal * 10: most values inside the e4m3 range, some clipped
+SPECIAL_STRIDE = 1024  # one special value every SPECIAL_STRIDE elements (~0.1 %)
+SPECIALS = np.array(
+    [np.nan, np.inf, -np.inf, 0.0, -0.0,
+     1e-40,  # float32 subnormal
+     1e-8, -1e-8,  # underflow every 8-bit format
+     1e6, -1e6,  # overflow e4m3 and e5m2
+     448.0, 57344.0, 32768.0],  # e4m3 max, e5m2 max, hif8 max
+    dtype=np.float32,
+)
+
+# Performance goals checked in the "targets" section.
+TARGET_ENCODE_VS_ML_DTYPES = 8.0
+TARGET_ENCODE_VS_TORCH = 1.5
+TARGET_HIF8_VS_EN_DTYPES = 8.0
+TARGET_QUANTIZE_VS_ROUND_TRIP = 10.0
+TARGET_FLOOR_PERCENT = 30.0
+TARGET_FIRST_CALL_S = 0.5
+
+FIRST_CALL_SNIPPET = (
+    "import time, numpy as np; import lowprec as lp; x=np.ones(1000,np.float32); "
+    "t=time.perf_counter(); lp.encode(x,'e4m3'); print(time.perf_counter()-t)"
+)
+IMPORT_AND_CALL_SNIPPET = (
+    "import time, numpy as np; t=time.perf_counter(); import lowprec as lp; "
+    "x=np.ones(1000,np.float32); lp.encode(x,'e4m3'); print(time.perf_counter()-t)"
+)
+
+ML_F8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+TORCH_F8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+
+
+# ------------------------------------------------------------------------------------------
+# Timing and comparison
+
+
+@dataclass
+class Timing:
+    """Median and samples of one callable, in ns per element."""
+
+    ns: float
+    samples: list[float]
+
+
+def time_it(fn: Callable[[], object], n: int, repeat: int) -> tuple[Timing, object]:
+    """Call ``fn`` once untimed (warm-up), then ``repeat`` times timed.
+
+    Returns the timing and the warm-up call's result (for the agreement check).
+    """
+    result = fn()
+    gc.collect()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) / n * 1e9)
+    return Timing(statistics.median(samples), samples), result
+
+
+def as_f32(a) -> np.ndarray:
+    """float32 numpy view of a result (numpy float8 / float32, or a torch tensor)."""
+    if torch is not None and isinstance(a, torch.Tensor):
+        a = a.to(torch.float32).numpy()
+    return np.asarray(a).astype(np.float32, copy=False)
+
+
+def count_diffs(ours: np.ndarray, theirs: np.ndarray) -> int:
+    """Number of elements whose float32 bit patterns differ, counting NaN == NaN."""
+    a, b = as_f32(ours), as_f32(theirs)
+    differ = a.view(np.uint32) != b.view(np.uint32)
+    differ &= ~(np.isnan(a) & np.isnan(b))
+    return int(np.count_nonzero(differ))
+
+
+# ------------------------------------------------------------------------------------------
+# Table model
+
+
+@dataclass
+class Peer:
+    """A peer computation and its result compared with ours."""
+
+    name: str
+    timing: Timing
+    diffs: int
+    note: str = ""
+
+    def ratio(self, ours: Timing) -> float:
+        return self.timing.ns / ours.ns
+
+
+@dataclass
+class Case:
+    """One of our measurements, with its memory floor (if any) and peers."""
+
+    key: str
+    label: str
+    timing: Timing
+    floor: tuple[str, Timing] | None = None
+    peers: list[Peer] = field(default_factory=list)
+
+    def floor_percent(self) -> float | None:
+        return None if self.floor is None else self.floor[1].ns / self.timing.ns * 100
+
+    def peer(self, prefix: str) -> Peer | None:
+        return next((p for p in self.peers if p.name.startswith(prefix)), None)
+
+
+class Bench:
+    """Runs the measurements and keeps the results in order for printing."""
+
+    def __init__(self, n: int, repeat: int):
+        self.n = n
+        self.repeat = repeat
+        self.sections: list[tuple[str, list[Case]]] = []
+        self.floors: dict[str, Timing] = {}
+        self.cases: dict[str, Case] = {}
+
+    def section(self, title: str) -> None:
+        self.sections.append((title, []))
+        print(f"  measuring: {title}", file=sys.stderr, flush=True)
+
+    def floor(self, key: str, fn: Callable[[], object]) -> Timing:
+        with np.errstate(invalid="ignore"):  # NaN/Inf -> uint8 is the point of a floor
+            t, _ = time_it(fn, self.n, self.repeat)
+        self.floors[key] = t
+        return t
+
+    def case(self, key, label, fn, *, floor=None, peers=(), compare=None) -> Case:
+        """Measure ``fn`` and each peer ``(name, fn[, compare_fn, note])``.
+
+        ``compare`` turns our result into float32 values for the check (e.g. decode codes);
+        a peer's own ``compare_fn`` replaces our result for that peer (different semantics).
+        """
+        timing, ours = time_it(fn, self.n, self.repeat)
+        ours_values = compare(ours) if compare else ours
+        c = Case(key, label, timing, floor=(floor, self.floors[floor]) if floor else None)
+        for spec in peers:
+            name, peer_fn, *rest = spec
+            alt = rest[0] if rest else None
+            note = rest[1] if len(rest) > 1 else ""
+            pt, theirs = time_it(peer_fn, self.n, self.repeat)
+            reference = alt() if alt else ours_values
+            c.peers.append(Peer(name, pt, count_diffs(reference, theirs), note))
+            del theirs
+        del ours, ours_values
+        self.sections[-1][1].append(c)
+        self.cases[key] = c
+        return c
+
+
+# ------------------------------------------------------------------------------------------
+# Measurements
+
+
+def make_input(n: int) -> np.ndarray:
+    """standard_normal * INPUT_SCALE float32, with SPECIALS spread every SPECIAL_STRIDE."""
+    rng = np.random.default_rng(SEED)
+    x = rng.standard_normal(n, dtype=np.float32)
+    x *= np.float32(INPUT_SCALE)
+    idx = np.arange(0, n, SPECIAL_STRIDE)
+    x[idx] = SPECIALS[np.arange(idx.size) % SPECIALS.size]
+    return x
+
+
+def run_benchmarks(bench: Bench, x: np.ndarray) -> None:
+    n = x.size
+    codes_out = np.empty(n, np.uint8)
+    values_out = np.empty(n, np.float32)
+    t = torch.from_numpy(x) if torch is not None else None
+
+    bench.section("memory floor (numpy)")
+    bench.floor("astype_u8", lambda: x.astype(np.uint8))
+    bench.floor("copyto_u8", lambda: np.copyto(codes_out, x, casting="unsafe"))
+    bench.floor("copy_f32", lambda: x.copy())
+    bench.floor("copyto_f32", lambda: np.copyto(values_out, x))
+
+    bench.section("encode float32 -> codes")
+    for fmt in ("e4m3", "e5m2"):
+        f8 = ML_F8[fmt]
+        peers = [(f"ml_dtypes astype {f8.__name__}", lambda f8=f8: x.astype(f8))]
+        if torch is not None:
+            tf8 = getattr(torch, TORCH_F8[fmt])
+            torch_peer = (f"torch .to({TORCH_F8[fmt]})", lambda tf8=tf8: t.to(tf8))
+            if fmt == "e4m3":  # torch's e4m3fn cast clamps overflow and Inf to +-448
+                torch_peer += (lambda fmt=fmt: lp.decode(lp.encode(x, fmt, saturate=True), fmt),
+                               "checked against saturate=True (torch clamps)")
+            peers.append(torch_peer)
+        bench.case(f"encode_{fmt}", f"{fmt} nearest_even",
+                   lambda fmt=fmt: lp.encode(x, fmt), floor="astype_u8", peers=peers,
+                   compare=lambda c, fmt=fmt: lp.decode(c, fmt))
+        bench.case(f"encode_{fmt}_out", f"{fmt} nearest_even out=",
+                   lambda fmt=fmt: lp.encode(x, fmt, out=codes_out), floor="copyto_u8")
+    peers = []
+    if en_dtypes is not None:
+        peers.append(("en-dtypes astype hifloat8", lambda: x.astype(en_dtypes.hifloat8)))
+    bench.case("encode_hif8", "hif8 nearest_away", lambda: lp.encode(x, "hif8"),
+               floor="astype_u8", peers=peers, compare=lambda c: lp.decode(c, "hif8"))
+    bench.case("encode_hif8_out", "hif8 nearest_away out=",
+               lambda: lp.encode(x, "hif8", out=codes_out), floor="copyto_u8")
+
+    bench.section("fused quantize float32 -> float32")
+    for fmt in ("e4m3", "e5m2"):
+        f8 = ML_F8[fmt]
+        peers = [(f"ml_dtypes round trip {f8.__name__}",
+                  lambda f8=f8: x.astype(f8).astype(np.float32))]
+        if torch is not None:
+            tf8 = getattr(torch, TORCH_F8[fmt])
+            torch_peer = (f"torch round trip {TORCH_F8[fmt]}",
+                          lambda tf8=tf8: t.to(tf8).to(torch.float32))
+            if fmt == "e4m3":
+                torch_peer += (lambda fmt=fmt: lp.quantize(x, fmt, saturate=True),
+                               "checked against saturate=True (torch clamps)")
+            peers.append(torch_peer)
+        bench.case(f"quantize_{fmt}", f"{fmt} nearest_even",
+                   lambda fmt=fmt: lp.quantize(x, fmt), floor="copy_f32", peers=peers)
+        bench.case(f"quantize_{fmt}_out", f"{fmt} nearest_even out=",
+                   lambda fmt=fmt: lp.quantize(x, fmt, out=values_out), floor="copyto_f32")
+    peers = []
+    if en_dtypes is not None:
+        peers.append(("en-dtypes round trip hifloat8",
+                      lambda: x.astype(en_dtypes.hifloat8).astype(np.float32)))
+    bench.case("quantize_hif8", "hif8 nearest_away", lambda: lp.quantize(x, "hif8"),
+               floor="copy_f32", peers=peers)
+    bench.case("quantize_hif8_out", "hif8 nearest_away out=",
+               lambda: lp.quantize(x, "hif8", out=values_out), floor="copyto_f32")
+
+    bench.section("for information: other rounding modes, float64 input, decode")
+    for mode in ("toward_zero", "up"):
+        bench.case(f"encode_e4m3_{mode}", f"e4m3 {mode}",
+                   lambda mode=mode: lp.encode(x, "e4m3", mode), floor="astype_u8")
+    bench.case("encode_e4m3_stochastic", "e4m3 stochastic seed=0",
+               lambda: lp.encode(x, "e4m3", "stochastic", seed=0), floor="astype_u8")
+    x64 = x.astype(np.float64)
+    bench.case("encode_e4m3_f64", "e4m3 nearest_even, float64 in",
+               lambda x64=x64: lp.encode(x64, "e4m3"),
+               peers=[("ml_dtypes astype (float64 in)",
+                       lambda x64=x64: x64.astype(ml_dtypes.float8_e4m3fn))],
+               compare=lambda c: lp.decode(c, "e4m3"))
+    codes = lp.encode(x, "e4m3")
+    bench.case("decode_e4m3", "decode e4m3", lambda: lp.decode(codes, "e4m3"),
+               peers=[("ml_dtypes view+astype f32",
+                       lambda: codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32))])
+    bench.case("decode_e4m3_out", "decode e4m3 out=",
+               lambda: lp.decode(codes, "e4m3", out=values_out))
+
+
+def first_call_latency() -> dict:
+    """Run the two snippets in fresh interpreters, twice each; seconds (None on failure)."""
+    result: dict = {}
+    for key, code in (("first_call", FIRST_CALL_SNIPPET),
+                      ("import_and_first_call", IMPORT_AND_CALL_SNIPPET)):
+        runs = []
+        for _ in range(2):
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               check=False)
+            try:
+                runs.append(float(p.stdout.strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                runs.append(None)
+                result[f"{key}_error"] = (p.stderr or p.stdout).strip()[-500:]
+        result[key] = runs
+    return result
+
+
+# ------------------------------------------------------------------------------------------
+# Reporting
+
+
+def _fmt_ns(t: Timing | None) -> str:
+    return "" if t is None else f"{t.ns:.3f}"
+
+
+def print_table(bench: Bench) -> list[dict]:
+    """Print the results; return them as rows for the JSON file."""
+    rows = []
+    head = (f"{'case':<32} {'ns/el':>8} {'%floor':>7}   {'peer':<34} {'peer ns/el':>10} "
+            f"{'speedup':>8}  check")
+    floor_names = {"astype_u8": "x.astype(np.uint8)",
+                   "copyto_u8": 'np.copyto(u8, x, casting="unsafe")',
+                   "copy_f32": "x.copy()", "copyto_f32": "np.copyto(f32, x)"}
+    print("\nmemory floor (numpy, single thread)")
+    for key, t in bench.floors.items():
+        print(f"  {floor_names[key]:<40} {t.ns:8.3f} ns/el")
+    for title, cases in bench.sections:
+        if not cases:
+            continue
+        print(f"\n{title}\n{head}\n{'-' * len(head)}")
+        for c in cases:
+            pct = c.floor_percent()
+            pct_s = "" if pct is None else f"{pct:6.1f}%"
+            left = f"{c.label:<32} {_fmt_ns(c.timing):>8} {pct_s:>7}"
+            row = {"key": c.key, "section": title, "case": c.label, "ns_per_element": c.timing.ns,
+                   "samples_ns": c.timing.samples,
+                   "floor": c.floor[0] if c.floor else None, "floor_percent": pct, "peers": []}
+            if not c.peers:
+                print(left)
+            for i, p in enumerate(c.peers):
+                check = "exact" if p.diffs == 0 else f"{p.diffs} diffs"
+                if p.note:
+                    check += f" ({p.note})"
+                prefix = left if i == 0 else " " * len(left)
+                print(f"{prefix}   {p.name:<34} {_fmt_ns(p.timing):>10} "
+                      f"{p.ratio(c.timing):7.1f}x  {check}")
+                row["peers"].append({"name": p.name, "ns_per_element": p.timing.ns,
+                                     "samples_ns": p.timing.samples,
+                                     "speedup": p.ratio(c.timing), "diffs": p.diffs,
+                                     "note": p.note})
+            rows.append(row)
+    return rows
+
+
+def _line(ok: bool | None, text: str) -> dict:
+    status = "n/a " if ok is None else ("PASS" if ok else "MISS")
+    print(f"  {status}  {text}")
+    return {"status": status.strip(), "text": text}
+
+
+def print_targets(bench: Bench, latency: dict) -> list[dict]:
+    out = []
+    print("\ntargets")
+    cs = bench.cases
+    for fmt in ("e4m3", "e5m2"):
+        for prefix, goal, what in (("ml_dtypes", TARGET_ENCODE_VS_ML_DTYPES, "ml_dtypes"),
+                                   ("torch", TARGET_ENCODE_VS_TORCH, "torch")):
+            p = cs[f"encode_{fmt}"].peer(prefix)
+            if p is None:
+                out.append(_line(None, f"encode {fmt} >= {goal}x {what}: peer not installed"))
+                continue
+            r = p.ratio(cs[f"encode_{fmt}"].timing)
+            out.append(_line(r >= goal, f"encode {fmt} >= {goal}x {what}: {r:.1f}x"))
+    p = cs["encode_hif8"].peer("en-dtypes")
+    if p is None:
+        out.append(_line(None, "hif8 encode vs en-dtypes: en-dtypes not installed"))
+    else:
+        r = p.ratio(cs["encode_hif8"].timing)
+        out.append(_line(r >= TARGET_HIF8_VS_EN_DTYPES,
+                         f"encode hif8 >= {TARGET_HIF8_VS_EN_DTYPES}x en-dtypes: {r:.1f}x"))
+    for fmt, prefix in (("e4m3", "ml_dtypes"), ("e5m2", "ml_dtypes"), ("hif8", "en-dtypes")):
+        p = cs[f"quantize_{fmt}"].peer(prefix)
+        goal = TARGET_QUANTIZE_VS_ROUND_TRIP
+        if p is None:
+            out.append(_line(None, f"quantize {fmt} vs {prefix} round trip: not installed"))
+            continue
+        r = p.ratio(cs[f"quantize_{fmt}"].timing)
+        out.append(_line(r >= goal, f"quantize {fmt} >= {goal}x {prefix} round trip: {r:.1f}x"))
+    for fmt in ("e4m3", "e5m2", "hif8"):
+        a = cs[f"encode_{fmt}"].floor_percent()
+        b = cs[f"encode_{fmt}_out"].floor_percent()
+        ok = min(a, b) >= TARGET_FLOOR_PERCENT
+        out.append(_line(ok, f"encode {fmt} >= {TARGET_FLOOR_PERCENT:.0f}% of memory floor: "
+                             f"{a:.0f}% of astype (allocating), {b:.0f}% of copyto (out=)"))
+    second = latency["first_call"][1]
+    if second is None:
+        out.append(_line(None, "first call: subprocess failed"))
+    else:
+        out.append(_line(second < TARGET_FIRST_CALL_S,
+                         f"first call < {TARGET_FIRST_CALL_S} s (warm disk cache): "
+                         f"{second:.3f} s"))
+    return out
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(line.split(":", 1)[1].strip() for line in fh
+                       if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    info = {
+        "cpu": cpu, "cpu_count": os.cpu_count(), "python": platform.python_version(),
+        "numpy": np.__version__, "numba": numba.__version__, "ml_dtypes": ml_dtypes.__version__,
+        "lowprec": lp.__version__,
+        "torch": torch.__version__ if torch is not None else None,
+        "en_dtypes": getattr(en_dtypes, "__version__", "installed") if en_dtypes else None,
+        "numba_threads": numba.get_num_threads(),
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
+    }
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description="Benchmark lowprec encode/quantize/decode against ml_dtypes, torch, "
+                    "en-dtypes and numpy's memory floor (median ns per element).")
+    ap.add_argument("--n", type=int, default=N_DEFAULT,
+                    help=f"number of float32 input elements (default 2^24 = {N_DEFAULT})")
+    ap.add_argument("--repeat", type=int, default=REPEAT_DEFAULT,
+                    help=f"timed calls per measurement; the median is reported "
+                         f"(default {REPEAT_DEFAULT})")
+    ap.add_argument("--json", metavar="PATH", help="also write all results to this JSON file")
+    args = ap.parse_args(argv)
+    if args.n < 1 or args.repeat < 1:
+        ap.error("--n and --repeat must be >= 1")
+
+    info = machine_info()
+    print(f"lowprec {info['lowprec']} codec benchmark: n = {args.n:,} float32 elements "
+          f"({args.n * 4 / 2**20:.0f} MiB), median of {args.repeat} calls, ns per element")
+    print(f"cpu: {info['cpu']} ({info['cpu_count']} logical cores), python {info['python']}")
+    print(f"numpy {info['numpy']}, numba {info['numba']}, ml_dtypes {info['ml_dtypes']}, "
+          f"torch {info['torch']}, en-dtypes {info['en_dtypes']}")
+    print(f"threads: numba {info['numba_threads']}, torch {info['torch_threads']} "
+          "(numpy, ml_dtypes and en-dtypes casts are single-threaded)")
+    print("speedup = peer ns / our ns;  %floor = floor ns / our ns * 100;  "
+          "check = our values vs the peer's")
+
+    x = make_input(args.n)
+    bench = Bench(args.n, args.repeat)
+    run_benchmarks(bench, x)
+    del x
+    info["numba_threading_layer"] = numba.threading_layer()
+    latency = first_call_latency()
+
+    rows = print_table(bench)
+    print(f"\nnumba threading layer: {info['numba_threading_layer']}")
+    print("\nfirst-call latency (fresh interpreter, run twice; the first run may compile and "
+          "fill Numba's disk cache)")
+    labels = {"first_call": "lp.encode(np.ones(1000), 'e4m3'), first call",
+              "import_and_first_call": "import lowprec + that first call"}
+    for key, label in labels.items():
+        runs = ", ".join("failed" if r is None else f"{r:.3f} s" for r in latency[key])
+        print(f"  {label:<48} {runs}")
+        if f"{key}_error" in latency:
+            print(f"    error: {latency[key + '_error']}")
+
+    targets = print_targets(bench, latency)
+    if args.json:
+        doc = {"n": args.n, "repeat": args.repeat, "machine": info,
+               "floors_ns_per_element": {k: t.ns for k, t in bench.floors.items()},
+               "rows": rows, "latency_s": latency, "targets": targets}
+        with open(args.json, "w") as fh:
+            json.dump(doc, fh, indent=2)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
