@@ -124,3 +124,8 @@ def lookup(codes: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
     c = np.ascontiguousarray(codes).reshape(-1).view(np.uint8)
     o = out.reshape(-1)
     (_lookup_parallel if c.shape[0] >= PARALLEL_MIN else _lookup_serial)(c, table, o)
+
+
+from ._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)

@@ -63,3 +63,8 @@ def f64_as_u64(typingctx, x):
         return builder.bitcast(args[0], context.get_value_type(types.uint64))
 
     return sig, codegen
+
+
+from ._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)

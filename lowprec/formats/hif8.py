@@ -137,6 +137,7 @@ HIF8_VALUES = np.array([_decode_code(c) for c in range(256)], dtype=np.float32)
 
 _E_RANGE = range(HIF8_E_LO, HIF8_EMAX + 2)
 HIF8_SPEC = FloatSpec(
+    name="hif8",
     e_lo=HIF8_E_LO,
     emax=HIF8_EMAX,
     fracmax=0,
@@ -164,3 +165,8 @@ HIF8_INFO = FormatInfo(
 )
 
 _register(Format(HIF8_INFO, HIF8_VALUES))
+
+
+from ._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)

@@ -29,8 +29,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .core import Format, FormatInfo, Rounding, _register
 from ._bits import f32_as_u32, shl32, shr32
+from ._jit import stable_uuid
+from .core import Format, FormatInfo, Rounding, _register
 from .rounding import HYBRID, RDOWN, RNA, RUP, RZ, SR, round_up, sr_draw, sr_round_up
 
 # formats.md 2.1
@@ -50,6 +51,7 @@ class FloatSpec:
     """Plain-data description of an 8-bit float format for :func:`make_kernel`.
 
     Attributes:
+        name: the format name (identifies the compiled kernels in Numba's disk cache).
         e_lo: exponent of the lowest binade with full spacing.
         emax: exponent of the highest binade.
         fracmax: largest fraction index allowed in the ``emax`` binade.
@@ -68,8 +70,9 @@ class FloatSpec:
         max_code, max_value: the largest finite value.
     """
 
-    def __init__(self, *, e_lo, emax, fracmax, m, m_tab=None, base_tab=None, taper=(),
+    def __init__(self, *, name, e_lo, emax, fracmax, m, m_tab=None, base_tab=None, taper=(),
                  code_fn=None, neg_zero, inf_code, nan_code, nan_signed, max_code, max_value):
+        self.name = name
         self.e_lo = e_lo
         self.code_fn = code_fn if code_fn is not None else _no_code_fn
         self.taper = tuple(taper)
@@ -224,6 +227,7 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
         code = nan if a > INF_BITS else code
         return code, 0.0
 
+    stable_uuid(one, f"minifloat.one.{spec.name}.{int(in64)}.{mode}.{int(saturate)}.{want_value}")
     if want_value is None:  # the per-element function itself, for other kernels (MX)
         _KERNELS[key] = one
         return one
@@ -355,6 +359,7 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
         return nan if a > U(0x7F800000) else code
 
     WANT_VALUE = want_value
+    stable_uuid(one, f"minifloat.fast32.{spec.name}.{mode}.{int(saturate)}.{int(want_value)}")
     if want_value:
 
         @njit(cache=True, nogil=True)
@@ -424,9 +429,9 @@ def _ocp_values(ebits: int, mbits: int, bias: int, e4m3fn: bool) -> np.ndarray:
     return vals.astype(np.float32)
 
 
-E4M3_SPEC = FloatSpec(e_lo=-6, emax=8, fracmax=6, m=3, neg_zero=True, inf_code=-1,
+E4M3_SPEC = FloatSpec(name="e4m3", e_lo=-6, emax=8, fracmax=6, m=3, neg_zero=True, inf_code=-1,
                       nan_code=0x7F, nan_signed=True, max_code=0x7E, max_value=E4M3_MAX)
-E5M2_SPEC = FloatSpec(e_lo=-14, emax=15, fracmax=3, m=2, neg_zero=True, inf_code=0x7C,
+E5M2_SPEC = FloatSpec(name="e5m2", e_lo=-14, emax=15, fracmax=3, m=2, neg_zero=True, inf_code=0x7C,
                       nan_code=0x7E, nan_signed=True, max_code=0x7B, max_value=E5M2_MAX)
 
 E4M3_VALUES = _ocp_values(4, 3, 7, True)
@@ -450,3 +455,8 @@ SPECS = {"e4m3": E4M3_SPEC, "e5m2": E5M2_SPEC}
 
 _register(Format(E4M3_INFO, E4M3_VALUES))
 _register(Format(E5M2_INFO, E5M2_VALUES))
+
+
+from ._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)

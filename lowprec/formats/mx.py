@@ -32,7 +32,6 @@ behaviour).
 
 from __future__ import annotations
 
-
 import math
 
 import numpy as np
@@ -41,8 +40,15 @@ from numba import njit
 from . import _arrays as A
 from ._bits import f64_as_u64
 from .core import Format, FormatInfo, QuantizedArray, Rounding, _register, parse_rounding
-from .minifloat import E4M3_INFO, E4M3_SPEC, E4M3_VALUES, E5M2_INFO, E5M2_SPEC, E5M2_VALUES
-from .minifloat import make_kernel
+from .minifloat import (
+    E4M3_INFO,
+    E4M3_SPEC,
+    E4M3_VALUES,
+    E5M2_INFO,
+    E5M2_SPEC,
+    E5M2_VALUES,
+    make_kernel,
+)
 from .rounding import HYBRID, SR, SR_BITS_DEFAULT, check_seed, check_sr_bits
 
 BLOCK_SIZE_DEFAULT = 32  # OCP MX 5.2
@@ -166,7 +172,8 @@ def _check_axis(axis, ndim):
     if ndim == 0:
         raise ValueError("MX formats need at least a 1-d input (blocks run along an axis)")
     if not -ndim <= axis < ndim:
-        raise ValueError(f"axis {axis} is out of range for a {ndim}-d input: use -{ndim}..{ndim - 1}")
+        raise ValueError(
+            f"axis {axis} is out of range for a {ndim}-d input: use -{ndim}..{ndim - 1}")
     return int(axis) % ndim
 
 
@@ -297,3 +304,8 @@ for _name in _ELEM:
     _register(Format(_info(_name), _ELEM[_name][2]))
 
 __all__ = ["encode", "decode", "quantize", "SCALE_MODES", "BLOCK_SIZE_DEFAULT"]
+
+
+from ._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)

@@ -153,3 +153,8 @@ def round_to_int(y, mode, seed, idx, sr_bits):
     up = round_up(mode, rem, half, (n & 1) == 1, neg, sr_up)
     r = np.float64(n + (1 if up else 0))
     return -r if neg else r
+
+
+from ._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)
