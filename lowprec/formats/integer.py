@@ -75,8 +75,15 @@ import numpy as np
 from numba import njit, prange
 
 from . import _arrays as A
-from .core import Format, FormatInfo, QuantizedArray, Rounding, _register, get_format
-from .core import parse_rounding
+from .core import (
+    Format,
+    FormatInfo,
+    QuantizedArray,
+    Rounding,
+    _register,
+    get_format,
+    parse_rounding,
+)
 from .rounding import SR, SR_BITS_DEFAULT, check_seed, check_sr_bits, round_to_int
 
 __all__ = ["encode", "decode", "quantize", "INT8_INFO", "UINT8_INFO", "GRANULARITIES"]
@@ -91,11 +98,6 @@ _GRAN_NAMES = ", ".join(GRANULARITIES)
 
 F32_TINY = 2.0**-149  # smallest positive float32 (subnormal): lower clamp of computed scales
 F32_MAX = float(np.finfo(np.float32).max)  # upper clamp of computed scales
-# round_to_int reads the fraction as a 53-bit integer; a non-zero |y| below 2**-53 would read as
-# exact 0 (wrong for the directed modes).  Such y are replaced by +-2**-53, which every mode
-# rounds exactly like the original (nearest/toward-zero/stochastic: 0; up/down: away from 0).
-_TINY_Y = 2.0**-53
-_BIG_Y = 2.0**52  # |y| >= 2**52 is an integer already (or +-Inf / NaN): no rounding needed
 CHUNK = 4096  # elements per parallel work item
 
 PARALLEL_MIN = A.PARALLEL_MIN
@@ -103,113 +105,155 @@ PARALLEL_MIN = A.PARALLEL_MIN
 
 # --------------------------------------------------------------------------------------------
 # Kernels.  The input is a flat C-order float32/float64 array viewed as (P, L, Q): outer index
-# o, axis index m, inner index i.  The scale of element (o, m, i) is
-# scale[o * so + (m // bs) * sm + i * si], which covers every granularity (see _layout).
+# o, middle index m, inner index i (flat index k = (o * L + m) * Q + i).  The scale of element
+# (o, m, i) is scale[o * so + (m // bm) * sm + (i // bi) * si], which covers every granularity
+# (see _Layout).  Each row (o, m) is cut into segments of one scale (bi consecutive elements);
+# a segment is processed by a loop with the scale hoisted, which LLVM vectorizes (a scale
+# loaded per element, or a run-time rounding mode, made the loop 4-5x slower).
 
 
 @njit(inline="always", cache=True)
 def _quantize_one(v, s, z, qmin, qmax, mode, seed, idx, sr_bits):
     """Clamped code (as float64; NaN for NaN input) of one element."""
     y = np.float64(v) / s
-    a = abs(y)
-    if a < _BIG_Y:
-        if a < _TINY_Y and a != 0.0:
-            y = -_TINY_Y if y < 0.0 else _TINY_Y
-        r = round_to_int(y, mode, seed, idx, sr_bits)
-    else:
-        r = y  # integer already, +-Inf or NaN
+    r = round_to_int(y, mode, seed, idx, sr_bits)  # +-Inf come back unchanged
+    r = y if y != y else r  # NaN (round_to_int's result is meaningless there)
     q = r + z
     q = qmin if q < qmin else q
     q = qmax if q > qmax else q
     return q
 
 
-@njit(cache=True, nogil=True)
-def _chunk(x, scale, zp, codes, vals, want_value, start, stop, L, Q, bs, so, sm, si,
-           qmin, qmax, mode, seed, sr_bits):
-    """Encode or fake-quantize elements ``start .. stop - 1``; returns the number of NaNs."""
-    row = start // Q
-    i = start - row * Q
-    o = row // L
-    m = row - o * L
-    base = o * so + (m // bs) * sm
+@njit(inline="always", cache=True)
+def _segment(xs, os, s, z, qmin, qmax, mode, seed, k0, sr_bits, want_value):
+    """One run of elements sharing scale ``s`` and zero point ``z``; ``xs``/``os`` are slices
+    starting at flat index ``k0``.  Returns the number of NaNs met while encoding."""
     nan = 0
-    for k in range(start, stop):
-        j = base + i * si
-        s = scale[j]
-        z = zp[j]
-        q = _quantize_one(x[k], s, z, qmin, qmax, mode, seed, k, sr_bits)
+    for t in range(xs.shape[0]):
+        q = _quantize_one(xs[t], s, z, qmin, qmax, mode, seed, k0 + t, sr_bits)
         if want_value:
-            vals[k] = np.float32((q - z) * s)  # exact product, one rounding to float32
-        elif q != q:
-            nan += 1
-            codes[k] = 0
+            os[t] = np.float32((q - z) * s)  # exact product, one rounding to float32
         else:
-            codes[k] = np.uint8(np.int64(q) & 0xFF)  # int8 codes: two's complement bits
-        i += 1
-        if i == Q:
-            i = 0
-            m += 1
-            if m == L:
-                m = 0
-                o += 1
-            base = o * so + (m // bs) * sm
+            bad = q != q
+            nan += bad
+            os[t] = np.uint8(0 if bad else np.int64(q) & 0xFF)  # int8: two's complement bits
     return nan
 
 
+@njit(inline="always", cache=True)
+def _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
+          sr_bits, want_value):
+    """Encode (``want_value`` False: codes into uint8 ``out``) or fake-quantize (float32 ``out``)
+    the elements ``start .. stop - 1``.  Returns the number of NaNs met while encoding."""
+    nan = 0
+    k = start
+    while k < stop:
+        row = k // Q
+        r0 = row * Q
+        o = row // L
+        m = row - o * L
+        jrow = o * so + (m // bm) * sm
+        rend = min(stop, r0 + Q)
+        b = (k - r0) // bi
+        send = r0 + (b + 1) * bi
+        while k < rend:
+            j = jrow + b * si
+            k1 = min(rend, send)
+            nan += _segment(x[k:k1], out[k:k1], scale[j], zp[j], qmin, qmax, mode, seed, k,
+                            sr_bits, want_value)
+            k = k1
+            b += 1
+            send += bi
+    return nan
+
+
+# Splitting off SR lets LLVM drop the random-bit path from the deterministic loops.
+
+
 @njit(cache=True, nogil=True)
-def _codec_serial(x, scale, zp, codes, vals, want_value, L, Q, bs, so, sm, si,
-                  qmin, qmax, mode, seed, sr_bits):
-    n = x.shape[0]
-    if n == 0:
-        return 0
-    return _chunk(x, scale, zp, codes, vals, want_value, 0, n, L, Q, bs, so, sm, si,
-                  qmin, qmax, mode, seed, sr_bits)
+def _encode_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
+                  seed, sr_bits):
+    if mode == SR:
+        return _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, SR,
+                     seed, sr_bits, False)
+    return _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
+                 seed, sr_bits, False)
+
+
+@njit(cache=True, nogil=True)
+def _quantize_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
+                    seed, sr_bits):
+    if mode == SR:
+        return _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, SR,
+                     seed, sr_bits, True)
+    return _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
+                 seed, sr_bits, True)
+
+
+@njit(cache=True, nogil=True)
+def _encode_serial(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
+                   sr_bits):
+    return _encode_chunk(x, scale, zp, out, 0, x.shape[0], L, Q, bm, sm, so, bi, si, qmin, qmax,
+                         mode, seed, sr_bits)
+
+
+@njit(cache=True, nogil=True)
+def _quantize_serial(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
+                     sr_bits):
+    return _quantize_chunk(x, scale, zp, out, 0, x.shape[0], L, Q, bm, sm, so, bi, si, qmin,
+                           qmax, mode, seed, sr_bits)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _codec_parallel(x, scale, zp, codes, vals, want_value, L, Q, bs, so, sm, si,
-                    qmin, qmax, mode, seed, sr_bits):
+def _encode_parallel(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
+                     sr_bits):
     n = x.shape[0]
     nch = (n + CHUNK - 1) // CHUNK
     nans = np.zeros(nch, dtype=np.int64)
     for c in prange(nch):
-        start = c * CHUNK
-        stop = min(n, start + CHUNK)
-        nans[c] = _chunk(x, scale, zp, codes, vals, want_value, start, stop, L, Q, bs, so, sm,
-                         si, qmin, qmax, mode, seed, sr_bits)
+        nans[c] = _encode_chunk(x, scale, zp, out, c * CHUNK, min(n, (c + 1) * CHUNK), L, Q,
+                                bm, sm, so, bi, si, qmin, qmax, mode, seed, sr_bits)
     return nans.sum()
 
 
-@njit(cache=True, nogil=True)
-def _minmax(x, lo, hi, L, Q, bs, so, sm, si):
-    """``lo[j]``/``hi[j]`` = min/max of the finite elements of scale group ``j`` (in place;
-    start from +Inf/-Inf)."""
+@njit(cache=True, nogil=True, parallel=True)
+def _quantize_parallel(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
+                       sr_bits):
     n = x.shape[0]
-    if n == 0:
-        return
-    P = n // (L * Q)
-    for o in range(P):
-        for m in range(L):
-            base = o * so + (m // bs) * sm
-            k0 = (o * L + m) * Q
-            if si == 0:
-                a = lo[base]
-                b = hi[base]
-                for i in range(Q):
-                    v = np.float64(x[k0 + i])
-                    if math.isfinite(v):
-                        a = min(a, v)
-                        b = max(b, v)
-                lo[base] = a
-                hi[base] = b
-            else:
-                for i in range(Q):
-                    v = np.float64(x[k0 + i])
-                    if math.isfinite(v):
-                        j = base + i
-                        lo[j] = min(lo[j], v)
-                        hi[j] = max(hi[j], v)
+    nch = (n + CHUNK - 1) // CHUNK
+    for c in prange(nch):
+        _quantize_chunk(x, scale, zp, out, c * CHUNK, min(n, (c + 1) * CHUNK), L, Q, bm, sm, so,
+                        bi, si, qmin, qmax, mode, seed, sr_bits)
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _minmax(x, lo, hi, L, Q, bm, sm, so, bi, si):
+    """``lo[j]``/``hi[j]`` = min/max of the finite elements of scale group ``j``, updated in
+    place (start them at +Inf/-Inf).  Same layout and segments as :func:`_rows`."""
+    n = x.shape[0]
+    k = 0
+    while k < n:
+        row = k // Q
+        o = row // L
+        m = row - o * L
+        jrow = o * so + (m // bm) * sm
+        rend = k + Q
+        b = 0
+        while k < rend:
+            j = jrow + b * si
+            k1 = min(rend, k + bi)
+            a = lo[j]
+            c = hi[j]
+            for t in range(k, k1):
+                v = np.float64(x[t])
+                if math.isfinite(v):
+                    a = min(a, v)
+                    c = max(c, v)
+            lo[j] = a
+            hi[j] = c
+            k = k1
+            b += 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,7 +263,7 @@ def _minmax(x, lo, hi, L, Q, bs, so, sm, si):
 class _Layout:
     """How ``x`` (C order) maps onto the scale array: see the kernel comment above."""
 
-    __slots__ = ("L", "Q", "bs", "so", "sm", "si", "scale_shape", "axis", "block_size",
+    __slots__ = ("L", "Q", "bm", "sm", "so", "bi", "si", "scale_shape", "axis", "block_size",
                  "granularity")
 
     def __init__(self, shape, granularity, axis, block_size):
@@ -239,29 +283,28 @@ class _Layout:
             )
         if granularity != "per_tensor" and nd == 0:
             raise ValueError(f"granularity {granularity!r} needs an input with at least 1 axis")
-        self.bs = 1
-        self.so = self.sm = self.si = 0
         n = math.prod(shape)
+        L, Q, bm, sm, so, bi, si = 1, n, 1, 0, 0, n, 0  # per_tensor: one segment
+        self.axis = None
         if granularity == "per_tensor":
-            self.L, self.Q = 1, n
             self.scale_shape = (1,) * nd
-            self.axis = None
         elif granularity == "per_token":
-            self.L, self.Q = 1, shape[-1]
-            self.so = 1
+            Q = bi = shape[-1]
+            so = 1
             self.scale_shape = tuple(shape[:-1]) + (1,)
-            self.axis = None
         else:
-            a = _norm_axis(0 if axis is None and granularity == "per_channel" else
-                           (-1 if axis is None else axis), nd)
+            a = _norm_axis((0 if granularity == "per_channel" else -1) if axis is None else axis,
+                           nd)
             self.axis = a
-            self.L = shape[a]
-            self.Q = math.prod(shape[a + 1:])
+            C = shape[a]
+            inner = math.prod(shape[a + 1:])
+            ss = list(shape) if granularity == "per_block" else [1] * nd
             if granularity == "per_channel":
-                self.sm = 1
-                ss = [1] * nd
-                ss[a] = self.L
-                self.scale_shape = tuple(ss)
+                ss[a] = C
+                if inner > 1:  # rows of `inner` elements share a scale
+                    L, Q, sm, bi = C, inner, 1, inner
+                else:  # channel = position in the row
+                    Q, bi, si = C, 1, 1
             else:
                 if (isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer))
                         or block_size < 1):
@@ -270,22 +313,22 @@ class _Layout:
                         f"got {block_size!r}"
                     )
                 bs = int(block_size)
-                nb = -(-self.L // bs)
-                self.bs = bs
+                nb = -(-C // bs)
                 self.block_size = bs
-                self.sm = self.Q
-                self.so = nb * self.Q
-                self.si = 1
-                ss = list(shape)
                 ss[a] = nb
-                self.scale_shape = tuple(ss)
-        if self.L == 0 or self.Q == 0:  # empty input: the kernels never divide by these
-            self.L, self.Q = max(self.L, 1), max(self.Q, 1)
+                if inner > 1:  # element (o, m, i) -> scale (o, m // bs, i)
+                    L, Q, bm, sm, so, bi, si = C, inner, bs, inner, nb * inner, 1, 1
+                else:  # rows of C elements, blocks of bs consecutive elements
+                    Q, so, bi, si = C, nb, bs, 1
+            self.scale_shape = tuple(ss)
+        # empty input: the kernels never run, but keep every divisor >= 1
+        self.L, self.Q, self.bm, self.bi = max(L, 1), max(Q, 1), bm, max(bi, 1)
+        self.sm, self.so, self.si = sm, so, si
 
     @property
     def args(self):
-        return (np.int64(self.L), np.int64(self.Q), np.int64(self.bs), np.int64(self.so),
-                np.int64(self.sm), np.int64(self.si))
+        return tuple(np.int64(v) for v in (self.L, self.Q, self.bm, self.sm, self.so, self.bi,
+                                           self.si))
 
 
 def _norm_axis(axis, nd):
@@ -321,8 +364,8 @@ def _user_array(v, what: str) -> np.ndarray:
 
 def _fit_shape(arr: np.ndarray, lay: _Layout, what: str) -> np.ndarray:
     shape = lay.scale_shape
-    if (lay.granularity == "per_channel" and arr.ndim == 1 and arr.shape[0] == lay.L
-            and len(shape) > 1):
+    if (lay.granularity == "per_channel" and arr.ndim == 1 and len(shape) > 1
+            and arr.shape[0] == shape[lay.axis]):  # one value per channel
         arr = arr.reshape(shape)
     try:
         return np.broadcast_to(arr, shape)
@@ -359,7 +402,7 @@ def _to_f32_scale(s64: np.ndarray) -> np.ndarray:
     """Round float64 scales to float32 (nearest) and clamp to the positive float32 range."""
     with np.errstate(over="ignore", under="ignore"):
         s32 = s64.astype(np.float32)
-    return np.clip(s32, np.float32(F32_TINY), np.float32(F32_MAX))
+    return np.clip(s32, np.float32(F32_TINY), np.float32(F32_MAX)).reshape(s64.shape)
 
 
 def _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size,
@@ -388,7 +431,8 @@ def _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_s
         arr = arr.astype(np.float32)  # float16 and bfloat16 widen exactly
     flat = np.ascontiguousarray(arr).reshape(-1)
 
-    s32 = _explicit_scale(scale, lay) if scale is not None else None
+    # scales and zero points are handled flat (C order of the scale shape) until the end
+    s32 = _explicit_scale(scale, lay).reshape(-1) if scale is not None else None
     zp = None
     if symmetric:
         if s32 is None:
@@ -398,7 +442,7 @@ def _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_s
             s32[amax == 0] = 1.0
     else:
         if zero_point is not None:
-            zp = _explicit_zero_point(zero_point, lay, qmin, qmax)
+            zp = _explicit_zero_point(zero_point, lay, qmin, qmax).reshape(-1)
         else:
             lo, hi = _group_minmax(flat, lay)
             if s32 is None:
@@ -414,25 +458,28 @@ def _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_s
 
 
 def _group_minmax(flat: np.ndarray, lay: _Layout):
-    """Per scale group min(min x, 0) and max(max x, 0) over finite x, as float64 arrays."""
+    """Per scale group min(min x, 0) and max(max x, 0) over finite x: flat float64 arrays."""
     ns = math.prod(lay.scale_shape)
     lo = np.full(ns, np.inf)
     hi = np.full(ns, -np.inf)
     _minmax(flat, lo, hi, *lay.args)
-    lo = np.minimum(lo, 0.0).reshape(lay.scale_shape)
-    hi = np.maximum(hi, 0.0).reshape(lay.scale_shape)
-    return lo, hi
+    return np.minimum(lo, 0.0), np.maximum(hi, 0.0)
 
 
-def _run(p, codes, vals, want_value: bool) -> int:
+def _run(p, out: np.ndarray, want_value: bool) -> int:
+    """Run the encode (uint8 ``out``) or quantize (float32 ``out``) kernel; returns #NaNs."""
     flat = p["flat"]
     s64 = p["scales"].reshape(-1).astype(np.float64)
     zps = p["zps"]
     z64 = np.zeros(s64.shape[0]) if zps is None else zps.reshape(-1).astype(np.float64)
-    kern = _codec_parallel if flat.shape[0] >= PARALLEL_MIN else _codec_serial
-    return int(kern(flat, s64, z64, codes, vals, want_value, *p["lay"].args,
-                    np.float64(p["qmin"]), np.float64(p["qmax"]), np.int64(p["mode"]),
-                    np.uint64(p["seed"]), np.int64(p["sr_bits"])))
+    big = flat.shape[0] >= PARALLEL_MIN
+    if want_value:
+        kern = _quantize_parallel if big else _quantize_serial
+    else:
+        kern = _encode_parallel if big else _encode_serial
+    return int(kern(flat, s64, z64, out, *p["lay"].args, np.float64(p["qmin"]),
+                    np.float64(p["qmax"]), np.int64(p["mode"]), np.uint64(p["seed"]),
+                    np.int64(p["sr_bits"])))
 
 
 def _wrap_like(a: np.ndarray | None, as_torch: bool):
@@ -496,7 +543,7 @@ def encode(x: Any, f: Format, *, rounding: str | Rounding | None = None,
                  symmetric, scale, zero_point, narrow)
     fmt = p["fmt"]
     codes = np.empty(p["arr"].shape, dtype=np.uint8)
-    nan = _run(p, codes.reshape(-1), np.empty(0, np.float32), False)
+    nan = _run(p, codes.reshape(-1), False)
     if nan:
         raise ValueError(
             f"NaN has no {fmt.name} code ({nan} NaN value(s) in x); use quantize() to "
@@ -535,12 +582,12 @@ def quantize(x: Any, f: Format, *, rounding: str | Rounding | None = None,
 
     Example:
         >>> lp.quantize(np.array([-1.0, 0.5, 2.0], np.float32), "int8")
-        array([-1.007874 ,  0.503937 ,  2.       ], dtype=float32)
+        array([-1.007874,  0.503937,  2.      ], dtype=float32)
     """
     p = _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size,
                  symmetric, scale, zero_point, narrow)
     o = A.make_out(out, p["arr"].shape, np.float32)
-    _run(p, np.empty(0, np.uint8), o.reshape(-1), True)
+    _run(p, o.reshape(-1), True)
     return A.wrap(o, p["was_torch"]) if out is None else out
 
 
@@ -560,7 +607,7 @@ def decode(q: QuantizedArray):
 
     Example:
         >>> lp.decode(lp.encode(np.array([-1.0, 0.5, 2.0], np.float32), "int8"))
-        array([-1.007874 ,  0.503937 ,  2.       ], dtype=float32)
+        array([-1.007874,  0.503937,  2.      ], dtype=float32)
     """
     f = get_format(q.format)
     if f.info.kind != "int":
@@ -595,7 +642,8 @@ def decode(q: QuantizedArray):
     v = codes.astype(np.float32)
     if z is not None:
         v = v - z.astype(np.float32)  # exact: small integers
-    out = np.ascontiguousarray(v * s, dtype=np.float32)  # one float32 rounding
+    with np.errstate(over="ignore"):  # like quantize: overflow gives +-Inf silently
+        out = np.ascontiguousarray(v * s, dtype=np.float32)  # one float32 rounding
     return A.wrap(out, was_torch)
 
 

@@ -144,7 +144,11 @@ def round_to_int(y, mode, seed, idx, sr_bits):
     # discarded fraction a - fl is exact in float64; scale it to a 53-bit integer
     frac = a - fl
     s = np.int64(53)
-    rem = np.int64(frac * 9007199254740992.0)  # * 2**53, exact (frac < 1 has <= 53 bits)
+    rem = np.int64(frac * 9007199254740992.0)  # * 2**53: exact when |y| >= 1
+    if rem == 0 and frac != 0.0:
+        # |y| < 2**-53: the bits below 2**-53 were truncated; keep them as a sticky bit (the
+        # directed modes need it; nearest modes and SR with <= 32 bits cannot see it)
+        rem = np.int64(1)
     half = np.int64(1) << (s - 1)
     if mode == SR:
         sr_up = sr_round_up(rem, s, sr_draw(seed, idx, sr_bits), sr_bits)
