@@ -2,8 +2,9 @@
 
 Every number in the printed table is the median, over ``--repeat`` timed calls, of wall time
 (``time.perf_counter``) divided by the element count, in nanoseconds per element.  Each callable
-is called once untimed first (Numba compiles, peers warm their caches).  Peers run in the same
-process on the same input, so ratios are like-for-like:
+is called once untimed first (Numba compiles, peers warm their caches); then each row's
+callables (ours, its peers, its memory floor) are timed round-robin, so a slow spell of the
+machine hits them alike.  Peers run in the same process on the same input:
 
 * encode (float32 -> uint8 codes): ``lp.encode`` vs ml_dtypes ``x.astype(float8_*)`` and torch
   ``t.to(torch.float8_*)``; hif8 vs en-dtypes ``x.astype(hifloat8)``.
@@ -17,6 +18,10 @@ process on the same input, so ratios are like-for-like:
 The input is ``standard_normal * 10`` in float32 with about 0.1 % specials (NaN, +-Inf, +-0,
 subnormals, underflow, overflow).  The "check" column compares our result with each peer's,
 value by value (NaN == NaN), so the ratios are between computations that agree.
+
+Numba (threading layer "omp") and torch each run their own OpenMP pool.  The script sets
+``OMP_WAIT_POLICY=PASSIVE`` (unless the environment already sets it; see ``--omp-wait-policy``)
+so that one pool's idle, spinning workers do not steal the cores the other is timed on.
 
 The script reports; it asserts nothing.  A "targets" section at the end says PASS or MISS for
 each performance goal.  Run ``python benchmarks/bench_formats.py --help`` for the options.
@@ -43,13 +48,11 @@ import numpy as np
 import lowprec as lp
 
 try:
-    import torch
-except ImportError:  # torch is an optional peer
-    torch = None
-try:
     import en_dtypes
 except ImportError:  # en-dtypes is an optional peer (hif8 reference)
     en_dtypes = None
+
+torch = None  # optional peer; imported by main() after the OpenMP wait policy is set
 
 N_DEFAULT = 1 << 24
 REPEAT_DEFAULT = 7
@@ -82,6 +85,13 @@ IMPORT_AND_CALL_SNIPPET = (
     "x=np.ones(1000,np.float32); lp.encode(x,'e4m3'); print(time.perf_counter()-t)"
 )
 
+# Numba's "omp" threading layer and torch each load their own libgomp.  By default an idle
+# libgomp worker spins for milliseconds after each parallel region, so on a machine with few
+# cores the other library's workers lose whole scheduler slices after every switch (up to 2x on
+# both sides, measured on 2 cores).  PASSIVE makes idle workers sleep at once: each library is
+# then timed as if it ran alone.  libgomp reads the variable when it is loaded.
+OMP_POLICY_DEFAULT = "PASSIVE"
+
 ML_F8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 TORCH_F8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
 
@@ -98,19 +108,23 @@ class Timing:
     samples: list[float]
 
 
-def time_it(fn: Callable[[], object], n: int, repeat: int) -> tuple[Timing, object]:
-    """Call ``fn`` once untimed (warm-up), then ``repeat`` times timed.
+def time_interleaved(fns: list[Callable[[], object]], n: int, repeat: int):
+    """Time several callables round-robin: one untimed warm-up call each, then ``repeat``
+    rounds in which every callable is timed once.
 
-    Returns the timing and the warm-up call's result (for the agreement check).
+    Interleaving spreads slow spells of a shared machine over all the callables compared, so
+    their ratios are steadier than those of back-to-back runs.  Returns the timings and the
+    warm-up results (for the agreement check).
     """
-    result = fn()
+    results = [fn() for fn in fns]
     gc.collect()
-    samples = []
+    samples: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) / n * 1e9)
-    return Timing(statistics.median(samples), samples), result
+        for fn, out in zip(fns, samples, strict=True):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) / n * 1e9)
+    return [Timing(statistics.median(s), s) for s in samples], results
 
 
 def as_f32(a) -> np.ndarray:
@@ -169,37 +183,49 @@ class Bench:
         self.n = n
         self.repeat = repeat
         self.sections: list[tuple[str, list[Case]]] = []
-        self.floors: dict[str, Timing] = {}
+        self.floor_fns: dict[str, tuple[str, Callable[[], object]]] = {}
+        self.floor_samples: dict[str, list[float]] = {}
         self.cases: dict[str, Case] = {}
 
     def section(self, title: str) -> None:
         self.sections.append((title, []))
         print(f"  measuring: {title}", file=sys.stderr, flush=True)
 
-    def floor(self, key: str, fn: Callable[[], object]) -> Timing:
-        with np.errstate(invalid="ignore"):  # NaN/Inf -> uint8 is the point of a floor
-            t, _ = time_it(fn, self.n, self.repeat)
-        self.floors[key] = t
-        return t
+    def add_floor(self, key: str, label: str, fn: Callable[[], object]) -> None:
+        """Register a memory-floor callable; it is timed alongside every case that uses it."""
+        self.floor_fns[key] = (label, fn)
+        self.floor_samples[key] = []
+
+    def floors(self) -> dict[str, Timing]:
+        """Each floor over all its samples (pooled over the cases it was timed with)."""
+        return {k: Timing(statistics.median(s), s) for k, s in self.floor_samples.items() if s}
 
     def case(self, key, label, fn, *, floor=None, peers=(), compare=None) -> Case:
-        """Measure ``fn`` and each peer ``(name, fn[, compare_fn, note])``.
+        """Measure ``fn``, its memory floor and each peer ``(name, fn[, compare_fn, note])``,
+        interleaved.
 
         ``compare`` turns our result into float32 values for the check (e.g. decode codes);
         a peer's own ``compare_fn`` replaces our result for that peer (different semantics).
         """
-        timing, ours = time_it(fn, self.n, self.repeat)
+        peers = [(spec[0], spec[1], spec[2] if len(spec) > 2 else None,
+                  spec[3] if len(spec) > 3 else "") for spec in peers]
+        fns = [fn] + [p[1] for p in peers]
+        if floor:
+            fns.append(self.floor_fns[floor][1])
+        with np.errstate(invalid="ignore"):  # NaN/Inf -> uint8 is the point of a floor
+            timings, results = time_interleaved(fns, self.n, self.repeat)
+        ours = results[0]
         ours_values = compare(ours) if compare else ours
-        c = Case(key, label, timing, floor=(floor, self.floors[floor]) if floor else None)
-        for spec in peers:
-            name, peer_fn, *rest = spec
-            alt = rest[0] if rest else None
-            note = rest[1] if len(rest) > 1 else ""
-            pt, theirs = time_it(peer_fn, self.n, self.repeat)
+        c = Case(key, label, timings[0])
+        if floor:
+            c.floor = (floor, timings[-1])
+            self.floor_samples[floor] += timings[-1].samples
+        k = 1 + len(peers)
+        for (name, _, alt, note), pt, theirs in zip(peers, timings[1:k], results[1:k],
+                                                    strict=True):
             reference = alt() if alt else ours_values
             c.peers.append(Peer(name, pt, count_diffs(reference, theirs), note))
-            del theirs
-        del ours, ours_values
+        del results, ours, ours_values
         self.sections[-1][1].append(c)
         self.cases[key] = c
         return c
@@ -225,11 +251,12 @@ def run_benchmarks(bench: Bench, x: np.ndarray) -> None:
     values_out = np.empty(n, np.float32)
     t = torch.from_numpy(x) if torch is not None else None
 
-    bench.section("memory floor (numpy)")
-    bench.floor("astype_u8", lambda: x.astype(np.uint8))
-    bench.floor("copyto_u8", lambda: np.copyto(codes_out, x, casting="unsafe"))
-    bench.floor("copy_f32", lambda: x.copy())
-    bench.floor("copyto_f32", lambda: np.copyto(values_out, x))
+    bench.add_floor("astype_u8", "x.astype(np.uint8)", lambda: x.astype(np.uint8))
+    bench.add_floor("copyto_u8", 'np.copyto(u8, x, casting="unsafe")',
+                    lambda: np.copyto(codes_out, x, casting="unsafe"))
+    bench.add_floor("copy_f32", "x.copy()  (float32 floor for quantize)", lambda: x.copy())
+    bench.add_floor("copyto_f32", "np.copyto(f32, x)  (float32, out=)",
+                    lambda: np.copyto(values_out, x))
 
     bench.section("encode float32 -> codes")
     for fmt in ("e4m3", "e5m2"):
@@ -332,12 +359,9 @@ def print_table(bench: Bench) -> list[dict]:
     rows = []
     head = (f"{'case':<32} {'ns/el':>8} {'%floor':>7}   {'peer':<34} {'peer ns/el':>10} "
             f"{'speedup':>8}  check")
-    floor_names = {"astype_u8": "x.astype(np.uint8)",
-                   "copyto_u8": 'np.copyto(u8, x, casting="unsafe")',
-                   "copy_f32": "x.copy()", "copyto_f32": "np.copyto(f32, x)"}
-    print("\nmemory floor (numpy, single thread)")
-    for key, t in bench.floors.items():
-        print(f"  {floor_names[key]:<40} {t.ns:8.3f} ns/el")
+    print("\nmemory floor (numpy, single thread; median over every case it was timed with)")
+    for key, t in bench.floors().items():
+        print(f"  {bench.floor_fns[key][0]:<44} {t.ns:8.3f} ns/el")
     for title, cases in bench.sections:
         if not cases:
             continue
@@ -416,6 +440,29 @@ def print_targets(bench: Bench, latency: dict) -> list[dict]:
     return out
 
 
+def set_omp_wait_policy(choice: str | None) -> str:
+    """Set OMP_WAIT_POLICY before any OpenMP runtime loads; return a line describing it."""
+    if choice is None:
+        if "OMP_WAIT_POLICY" in os.environ:
+            return f"{os.environ['OMP_WAIT_POLICY']} (from the environment)"
+        choice = OMP_POLICY_DEFAULT
+    if choice == "unset":
+        os.environ.pop("OMP_WAIT_POLICY", None)
+        return "unset (libgomp default: idle workers spin, then sleep)"
+    os.environ["OMP_WAIT_POLICY"] = choice
+    return f"{choice} (set by this script; --omp-wait-policy to change)"
+
+
+def import_torch() -> None:
+    """Import torch (an optional peer) into the module globals, after the policy is set."""
+    global torch
+    try:
+        import torch as _torch
+    except ImportError:
+        return
+    torch = _torch
+
+
 def machine_info() -> dict:
     cpu = platform.processor() or platform.machine()
     try:
@@ -431,6 +478,7 @@ def machine_info() -> dict:
         "torch": torch.__version__ if torch is not None else None,
         "en_dtypes": getattr(en_dtypes, "__version__", "installed") if en_dtypes else None,
         "numba_threads": numba.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "torch_threads": torch.get_num_threads() if torch is not None else None,
     }
     return info
@@ -446,9 +494,15 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"timed calls per measurement; the median is reported "
                          f"(default {REPEAT_DEFAULT})")
     ap.add_argument("--json", metavar="PATH", help="also write all results to this JSON file")
+    ap.add_argument("--omp-wait-policy", choices=["PASSIVE", "ACTIVE", "unset"], default=None,
+                    help="OMP_WAIT_POLICY for numba's and torch's OpenMP runtimes (default: "
+                         f"keep the environment's value, else {OMP_POLICY_DEFAULT}; 'unset' "
+                         "leaves libgomp's own spin-then-sleep default)")
     args = ap.parse_args(argv)
     if args.n < 1 or args.repeat < 1:
         ap.error("--n and --repeat must be >= 1")
+    policy_note = set_omp_wait_policy(args.omp_wait_policy)
+    import_torch()
 
     info = machine_info()
     print(f"lowprec {info['lowprec']} codec benchmark: n = {args.n:,} float32 elements "
@@ -458,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
           f"torch {info['torch']}, en-dtypes {info['en_dtypes']}")
     print(f"threads: numba {info['numba_threads']}, torch {info['torch_threads']} "
           "(numpy, ml_dtypes and en-dtypes casts are single-threaded)")
+    print(f"OMP_WAIT_POLICY: {policy_note}")
     print("speedup = peer ns / our ns;  %floor = floor ns / our ns * 100;  "
           "check = our values vs the peer's")
 
@@ -483,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = print_targets(bench, latency)
     if args.json:
         doc = {"n": args.n, "repeat": args.repeat, "machine": info,
-               "floors_ns_per_element": {k: t.ns for k, t in bench.floors.items()},
+               "floors_ns_per_element": {k: t.ns for k, t in bench.floors().items()},
                "rows": rows, "latency_s": latency, "targets": targets}
         with open(args.json, "w") as fh:
             json.dump(doc, fh, indent=2)

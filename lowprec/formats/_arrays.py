@@ -54,7 +54,11 @@ def to_numpy(x, what: str = "x"):
 
 
 def check_float(arr: np.ndarray, what: str = "x") -> np.ndarray:
-    """Raise TypeError unless ``arr`` has one of the supported float dtypes."""
+    """Return ``arr`` in native byte order, or raise TypeError unless its dtype is one of the
+    supported float types (byte-swapped float arrays, e.g. ``'>f4'`` from file data, are
+    converted, never read as raw bits)."""
+    if arr.dtype.kind == "f" and not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{what} has dtype {arr.dtype}; allowed: {_ALLOWED}")
     return arr

@@ -36,7 +36,7 @@ _FLOAT_ARGS = "rounding, saturate, seed, sr_bits, out"
 
 def _float_codec(x, f: Format, rounding, saturate, seed, sr_bits, out, want_value):
     arr, was_torch = A.to_numpy(x)
-    A.check_float(arr)
+    arr = A.check_float(arr)
     r = parse_rounding(rounding if rounding is not None else f.info.default_rounding, f.name)
     if saturate is None:
         saturate = False

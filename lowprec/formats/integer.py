@@ -412,7 +412,7 @@ def _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_s
     if f.info.kind != "int":
         raise ValueError(f"{f.name!r} is not an integer format; use int8 or uint8")
     arr, was_torch = A.to_numpy(x)
-    A.check_float(arr)
+    arr = A.check_float(arr)
     r = parse_rounding(rounding if rounding is not None else f.info.default_rounding, f.name)
     if saturate is not None and not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate must be True, False or None, got {saturate!r}")

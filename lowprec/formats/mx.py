@@ -216,7 +216,7 @@ def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=SR_BITS_DEFAULT, s
         ('0x80', [126, 48, 34])
     """
     arr, was_torch = A.to_numpy(x)
-    A.check_float(arr)
+    arr = A.check_float(arr)
     r = parse_rounding(rounding if rounding is not None else Rounding.NEAREST_EVEN, "e4m3")
     if r == HYBRID:
         raise ValueError("hybrid rounding exists only for hif8")

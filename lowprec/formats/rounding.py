@@ -122,9 +122,9 @@ def check_seed(seed, rounding_is_stochastic: bool) -> int:
         return int(seed.integers(0, 2**63, dtype=np.int64))
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int or numpy.random.Generator, got {type(seed).__name__}")
-    if int(seed) < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
-    return int(seed) & 0xFFFFFFFFFFFFFFFF
+    if not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+    return int(seed)
 
 
 @njit(inline="always", cache=True)
