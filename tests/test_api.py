@@ -536,3 +536,13 @@ def test_numpy_use_does_not_import_torch():
             "lp.decode(lp.encode(np.ones(3, np.float32), 'e4m3'), 'e4m3'); "
             "print('torch' in sys.modules)")
     assert _run(code) == "False"
+
+
+def test_registry_complete_after_importing_one_family_first():
+    import subprocess
+    import sys
+
+    code = ("import lowprec.formats.minifloat, lowprec as lp; "
+            "print(','.join(lp.available_formats()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "hif8,e4m3,e5m2,mxfp8_e4m3,mxfp8_e5m2,int8,uint8"

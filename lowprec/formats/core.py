@@ -187,8 +187,10 @@ def _register(fmt: Format) -> None:
 
 
 def _ensure_registry() -> None:
-    if not _REGISTRY:
-        # Import for the side effect of registration (each module registers its formats).
+    # Import every family for the side effect of registration (each module registers its
+    # formats on import).  Not conditional on an empty registry: importing one family module
+    # directly (e.g. minifloat) must not hide the others.
+    if len(_REGISTRY) < len(_ORDER):
         from . import hif8, integer, minifloat, mx  # noqa: F401
 
 
