@@ -38,6 +38,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ._bits import shl32, shr32
 from .core import Format, FormatInfo, Rounding, _register
 from .minifloat import FloatSpec
 
@@ -117,20 +118,20 @@ def _decode_code(c: int) -> float:
 @njit(inline="always", cache=True)
 def _binade_code32(e):
     """:func:`binade_code` in branch-free 32-bit arithmetic, for the vectorized encoder
-    (``e`` int32 in [-22, 15]; tested equal to :func:`binade_code`)."""
+    (``e`` int32 in [-22, 15]; tested equal to :func:`binade_code`).
+
+    For ``|e| >= 2`` with ``D`` exponent bits and ``w = 5 - D`` mantissa bits the code is
+    ``(D - 1) << 5 | Se << 4 | (|e| - 2**(D-1)) << w``; |e| = 1, 0 and the DML binades are
+    selected separately.
+    """
     U = np.uint32
-    ae = np.int32(abs(e))
-    se = U(1) if e < np.int32(0) else U(0)
-    d4 = U(U(U(0x60) | U(se << U(4))) | U(U(ae - np.int32(8)) << U(1)))
-    d3 = U(U(U(0x40) | U(se << U(4))) | U(U(ae - np.int32(4)) << U(2)))
-    d2 = U(U(U(0x20) | U(se << U(4))) | U(U(ae - np.int32(2)) << U(3)))
-    d1 = U(U(0x10) | U(se << U(3)))
-    dml = U(e + np.int32(23))
-    c = d4 if ae >= np.int32(8) else d3
-    c = d2 if ae <= np.int32(3) else c
-    c = d1 if ae == np.int32(1) else c
-    c = U(0x08) if ae == np.int32(0) else c
-    return dml if e <= np.int32(-16) else c
+    ae = U(abs(e))
+    w = U(U(U(U(3) - U(ae >= U(4))) - U(ae >= U(8))))  # D = 2, 3, 4 -> w = 3, 2, 1
+    se = U(U(0x10) if e < np.int32(0) else U(0))
+    c = U(U(U(U(U(4) - w) << U(5)) | se) | shl32(U(ae - shr32(U(16), w)), w))
+    c = U(U(0x10) | U(se >> U(1))) if ae == U(1) else c
+    c = U(0x08) if ae == U(0) else c
+    return U(e + np.int32(23)) if e <= np.int32(-16) else c
 
 
 HIF8_VALUES = np.array([_decode_code(c) for c in range(256)], dtype=np.float32)

@@ -319,11 +319,15 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
         src = sig if low else a
         sh = sh_l if low else I(I(23) - m)
         ush = U(sh)
-        n = shr32(src, ush)
-        rem = U(src & U(shl32(U(1), ush) - U(1)))
         half = shl32(U(1), U(ush - U(1)))
-        up = round_up(MODE, rem, half, U(n & U(1)) != U(0), neg, False)
-        r = U(n + (U(1) if up else U(0)))
+        if MODE == RNA:
+            # ties away: n + (rem >= half) == (src + half) >> sh (no carry out of 32 bits)
+            r = shr32(U(src + half), ush)
+        else:
+            n = shr32(src, ush)
+            rem = U(src & U(shl32(U(1), ush) - U(1)))
+            up = round_up(MODE, rem, half, U(n & U(1)) != U(0), neg, False)
+            r = U(n + (U(1) if up else U(0)))
         vb = shl32(r, ush)  # not low: the float32 bits of the rounded magnitude (carry included)
         ovf = (vb > U(MAXBITS)) & (not low)
         big = a >= U(0x7F800000)
