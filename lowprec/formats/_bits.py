@@ -6,30 +6,24 @@ from numba import types
 from numba.extending import intrinsic
 
 
-@intrinsic
-def f32_as_u32(typingctx, x):
-    """Reinterpret a float32 scalar as uint32 (inside Numba code only)."""
-    if x != types.float32:
-        return None
-    sig = types.uint32(types.float32)
+def _bitcast(src, dst):
+    def impl(typingctx, x):
+        if x != src:
+            return None
+        sig = dst(src)
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.uint32))
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(dst))
 
-    return sig, codegen
+        return sig, codegen
+
+    return impl
 
 
-@intrinsic
-def u32_as_f32(typingctx, x):
-    """Reinterpret a uint32 scalar as float32 (inside Numba code only)."""
-    if x != types.uint32:
-        return None
-    sig = types.float32(types.uint32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float32))
-
-    return sig, codegen
+# Reinterpret a scalar's bits as another type of the same width (inside Numba code only).
+f32_as_u32 = intrinsic(_bitcast(types.float32, types.uint32))
+u32_as_f32 = intrinsic(_bitcast(types.uint32, types.float32))
+f64_as_u64 = intrinsic(_bitcast(types.float64, types.uint64))
 
 
 def _shift32(op):
@@ -51,18 +45,6 @@ def _shift32(op):
 shr32 = intrinsic(_shift32("lshr"))
 shl32 = intrinsic(_shift32("shl"))
 
-
-@intrinsic
-def f64_as_u64(typingctx, x):
-    """Reinterpret a float64 scalar as uint64 (inside Numba code only)."""
-    if x != types.float64:
-        return None
-    sig = types.uint64(types.float64)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.uint64))
-
-    return sig, codegen
 
 
 from ._jit import stabilize_module  # noqa: E402

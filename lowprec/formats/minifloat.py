@@ -29,6 +29,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from ._arrays import PARALLEL_MIN
 from ._bits import f32_as_u32, shl32, shr32, u32_as_f32
 from ._jit import stable_uuid
 from .core import Format, FormatInfo, Rounding, _register
@@ -39,7 +40,6 @@ E4M3_MAX = 448.0
 E5M2_MAX = 57344.0
 SIGN = 0x80
 
-PARALLEL_MIN = 1 << 17  # below this many elements the serial kernel is used
 
 
 @njit(inline="always", cache=True)
@@ -426,7 +426,7 @@ def run_kernel(spec: FloatSpec, bits: np.ndarray, out: np.ndarray, mode: int, sa
     float32 input with a deterministic mode takes the vectorized fast path unless ``generic``.
     """
     want_value = out.dtype == np.float32
-    big = bits.shape[0] >= PARALLEL_MIN
+    big = bits.shape[0] >= PARALLEL_MIN  # below it the serial kernel is used
     if bits.dtype == np.uint32 and int(mode) in _FAST_MODES and not generic:
         serial, parallel = make_fast32_kernel(spec, int(mode), bool(saturate), want_value)
         o = out.view(np.uint32) if want_value else out
