@@ -7,6 +7,8 @@ Quick tour::
     codes = lp.encode(x, "e4m3")     # uint8 codes
     y = lp.decode(codes, "e4m3")     # float32 values
     y = lp.quantize(x, "hif8")       # fused fake-quantization
+    out = lp.attention(q, k, v, scheme="baps", config="e2e_hif8", causal=True)
+    lp.schemes()                     # {name: description}
 
 Nothing heavy is imported until first use (Numba kernels compile lazily and cache to disk).
 """
@@ -25,16 +27,25 @@ _LAZY = {
     "encode": "lowprec.formats.api",
     "decode": "lowprec.formats.api",
     "quantize": "lowprec.formats.api",
+    "attention": "lowprec.kernels",
+    "schemes": "lowprec.kernels",
+    "softmax": "lowprec.kernels",
 }
+_SUBMODULES = ("formats", "kernels", "stats", "studies")
 
 __all__ = sorted(_LAZY) + ["__version__"]
 
 
 def __getattr__(name: str):
+    import importlib
+
+    if name in _SUBMODULES:
+        value = importlib.import_module(f"lowprec.{name}")
+        globals()[name] = value
+        return value
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError(f"module 'lowprec' has no attribute {name!r}")
-    import importlib
 
     value = getattr(importlib.import_module(mod), name)
     globals()[name] = value
@@ -42,4 +53,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

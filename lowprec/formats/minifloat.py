@@ -391,6 +391,7 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
         one = one_rne
     WANT_VALUE = want_value
     stable_uuid(one, f"minifloat.fast32.{spec.name}.{mode}.{int(saturate)}.{int(want_value)}")
+    _KERNELS[("one32", id(spec), mode, saturate, want_value)] = one
     if want_value:
 
         @njit(cache=True, nogil=True)
@@ -416,6 +417,16 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
 
     _KERNELS[key] = (serial, parallel)
     return serial, parallel
+
+
+def scalar_code32(spec: FloatSpec, mode: int, saturate: bool):
+    """The vectorizable scalar encoder of :func:`make_fast32_kernel`: a Numba function
+    ``uint32 float32-bits -> uint32 code`` (deterministic modes only), for use inside other
+    kernels (the attention kernels encode scores with it)."""
+    if int(mode) not in _FAST_MODES:
+        raise ValueError(f"scalar_code32 needs a deterministic rounding mode, got {mode}")
+    make_fast32_kernel(spec, int(mode), bool(saturate), False)
+    return _KERNELS[("one32", id(spec), int(mode), bool(saturate), False)]
 
 
 def run_kernel(spec: FloatSpec, bits: np.ndarray, out: np.ndarray, mode: int, saturate: bool,

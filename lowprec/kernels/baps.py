@@ -1,0 +1,268 @@
+"""BAPS: HiF8 softmax with block-aware precision rescaling (specs/attention.md section 2; seed
+``baps.txt`` sections 3.1-3.4, 4.1 and appendix A.1).
+
+Scheme ``baps`` with ``config=``:
+
+* ``default``: q, k, v rounded to bfloat16, FlashAttention-2 in float32 (base 2).
+* ``exp2_hif8``, ``exp2_e4m3``, ``exp2_e5m2``, ``exp2_e4m3xe5m2``: as ``default`` but every exp2
+  (``P = exp2(S - m)`` and ``alpha = exp2(m_old - m_new)``) is computed in format
+  (:func:`exp2_in_format`); the running max is not rounded, so alpha carries rounding error that
+  compounds over tiles (the paper's Figure 2).
+* ``e2e_hif8``: the BAPS pipeline: critical tiles first on the high-precision path, integer
+  running max (``max_round``), offloaded max subtraction ``X~ = hif8(S - m)``, restart when a
+  visible ``X~ > tau``, exact power-of-two rescaling, ``P = exp2_in_format(X, hif8, hif8)``.
+* ``naive_e2e``: the FA2 flow on HiF8 scores: ``X = hif8(hif8(S) - m)``, non-integer m, exp2 in
+  HiF8 (Table 1's "Naive E2E").
+
+Every float32 operation and its order is pinned in docs/design.md ("Exact float32 semantics of
+the tiled schemes"); the restart statistics are :class:`lowprec.stats.BapsStats` (section 8).
+
+Choices where the paper is silent (each an option): tiles of 128 x 128 (``block_q``,
+``block_k``); round-half-even integer max (``max_round="rint"``; ``"ceil"`` keeps ``S - m <= 0``);
+``tau=1``; ``critical="first"``; tile-granular restarts; float32 accumulators; the fp16 step of
+exp2 on (``exp2_fp16``); inputs rounded to bfloat16 (``input_dtype``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ..formats import api as _fmt
+from . import Scheme, register
+from .online import (
+    ACC_BF16,
+    ACC_F16,
+    ACC_F32,
+    CRIT_FIRST,
+    CRIT_FIRST_DIAG,
+    CRIT_FIRST_LAST,
+    CRIT_LIST,
+    CRIT_NONE,
+    E2E,
+    ENC_E4M3_SAT,
+    ENC_E5M2_SAT,
+    ENC_HIF8,
+    ENC_HIF8_SAT,
+    EXP_FLOAT,
+    EXP_TABLE,
+    FA2,
+    GRAN_ROW,
+    GRAN_TILE,
+    ROUND_CEIL,
+    ROUND_RINT,
+    EngineConfig,
+    run_engine,
+)
+from .reference import BLOCK_K_DEFAULT, BLOCK_Q_DEFAULT, tile_stats
+from .tiling import Problem, check_block
+
+CONFIGS = {
+    "default": "bf16 inputs, float32 softmax (FlashAttention-2, base 2)",
+    "exp2_hif8": "every exp2 (P and the rescale) in HiF8 -> HiF8",
+    "exp2_e4m3": "every exp2 in E4M3 -> E4M3",
+    "exp2_e5m2": "every exp2 in E5M2 -> E5M2",
+    "exp2_e4m3xe5m2": "every exp2 in E4M3 -> E5M2",
+    "e2e_hif8": "BAPS: integer max, offloaded subtraction, restarts, exp2 HiF8 -> HiF8",
+    "naive_e2e": "scores cast to HiF8 before the max subtraction, exp2 in HiF8",
+}
+_EXP2_FORMATS = ("hif8", "e4m3", "e5m2")
+_ENC = {"hif8": ENC_HIF8_SAT, "e4m3": ENC_E4M3_SAT, "e5m2": ENC_E5M2_SAT}
+_CONFIG_FORMATS = {
+    "exp2_hif8": ("hif8", "hif8"),
+    "exp2_e4m3": ("e4m3", "e4m3"),
+    "exp2_e5m2": ("e5m2", "e5m2"),
+    "exp2_e4m3xe5m2": ("e4m3", "e5m2"),
+    "e2e_hif8": ("hif8", "hif8"),
+    "naive_e2e": ("hif8", "hif8"),
+}
+_CRITICAL = {"first": CRIT_FIRST, "first+last": CRIT_FIRST_LAST, "first+diagonal": CRIT_FIRST_DIAG}
+_ROUND = {"rint": ROUND_RINT, "ceil": ROUND_CEIL}
+_GRAN = {"tile": GRAN_TILE, "row": GRAN_ROW}
+_ACC = {"float32": ACC_F32, "float16": ACC_F16, "bfloat16": ACC_BF16}
+_INPUT = ("bfloat16", "float32")
+_E2E_ONLY = ("tau", "critical", "max_round", "granularity")
+
+
+def _check_fmt(name: Any, what: str) -> str:
+    if name not in _EXP2_FORMATS:
+        raise ValueError(f"{what} {name!r} is not one of {', '.join(_EXP2_FORMATS)}")
+    return name
+
+
+def exp2_in_format(x, fmt_in: str = "hif8", fmt_out: str | None = None, *, fp16: bool = True,
+                   saturate: bool = True) -> np.ndarray:
+    """``2**x`` "in format" (BAPS appendix A.1, Algorithm 2; specs/attention.md section 2).
+
+    The chain: round ``x`` to ``fmt_in`` (its default rounding: HiF8 nearest_away, E4M3/E5M2
+    nearest_even; saturating by default, see below), convert exactly to float16, compute
+    ``2**x`` and round it to float16 (nearest even), then round that to ``fmt_out`` (default
+    rounding, non-saturating).  With ``fp16=False`` the float16 step is skipped and ``2**x`` is
+    rounded to ``fmt_out`` directly.
+
+    Args:
+        x: float array-like (float32/float64/float16/bfloat16 numpy array or CPU tensor).
+        fmt_in, fmt_out: ``"hif8"``, ``"e4m3"`` or ``"e5m2"`` (``fmt_out`` defaults to ``fmt_in``).
+        fp16: keep the float16 step of the hardware pipeline.
+        saturate: input rounding clamps to the input format's max (default: an E4M3 score below
+            -448 would otherwise become NaN; in attention every such input gives 0 either way).
+
+    Returns:
+        float32 numpy array of ``fmt_out`` values (NaN in, NaN out; ``-inf`` gives 0).
+
+    Example::
+
+        >>> exp2_in_format(np.array([-1.0, -0.3]), "hif8")
+        array([0.5 , 0.8125], dtype=float32)
+    """
+    _check_fmt(fmt_in, "fmt_in")
+    fmt_out = fmt_in if fmt_out is None else _check_fmt(fmt_out, "fmt_out")
+    if not isinstance(fp16, (bool, np.bool_)) or not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError("fp16 and saturate must be bools")
+    xi = np.asarray(_to_np(_fmt.quantize(x, fmt_in, saturate=bool(saturate))), dtype=np.float64)
+    with np.errstate(over="ignore"):
+        y = np.exp2(xi)
+        if fp16:
+            y = y.astype(np.float16).astype(np.float64)
+    return np.asarray(_to_np(_fmt.quantize(y, fmt_out, saturate=False)), dtype=np.float32)
+
+
+def _to_np(a):
+    return a.numpy() if hasattr(a, "numpy") and not isinstance(a, np.ndarray) else a
+
+
+_TABLES: dict = {}
+
+
+def exp2_table(fmt_in: str, fmt_out: str, fp16: bool = True) -> np.ndarray:
+    """float32 ``(256,)``: :func:`exp2_in_format` of the value of every ``fmt_in`` code."""
+    key = (fmt_in, fmt_out, bool(fp16))
+    tab = _TABLES.get(key)
+    if tab is None:
+        vals = _fmt.get_format(fmt_in).values().astype(np.float64)
+        tab = exp2_in_format(vals, fmt_in, fmt_out, fp16=fp16, saturate=False)
+        tab.setflags(write=False)
+        _TABLES[key] = tab
+    return tab
+
+
+def restart_threshold(tau: int) -> float:
+    """The smallest float32 ``x`` with ``hif8(x) > tau`` (nearest_away): the engine restarts a
+    row iff ``fl(rowmax - m) >= threshold`` (equivalent to some ``hif8(S - m) > tau``, since
+    HiF8 rounding and ``fl(. - m)`` are monotone)."""
+    lo, hi = np.uint32(0), np.uint32(0x7F800000)  # bits of +0 and +inf
+
+    def over(bits) -> bool:
+        xv = np.array([bits], dtype=np.uint32).view(np.float32)
+        return bool(_fmt.quantize(xv, "hif8")[0] > tau)
+
+    while hi - lo > 1:  # invariant: not over(lo), over(hi)
+        mid = np.uint32(lo + (hi - lo) // 2)
+        if over(mid):
+            hi = mid
+        else:
+            lo = mid
+    return float(np.array([hi], dtype=np.uint32).view(np.float32)[0])
+
+
+def _choice(value, table: dict, name: str) -> int:
+    if not isinstance(value, str) or value not in table:
+        raise ValueError(f"{name} {value!r} is not one of {', '.join(table)}")
+    return table[value]
+
+
+def _critical(value, nk_hint: int | None = None):
+    if isinstance(value, str):
+        return _choice(value, _CRITICAL, "critical"), ()
+    if isinstance(value, (list, tuple, np.ndarray)):
+        items = list(value)
+        if not items or not all(
+            isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 0
+            for t in items
+        ):
+            raise ValueError(
+                f"critical list {value!r} must be non-empty non-negative key-tile indices"
+            )
+        seen = []
+        for t in items:
+            if int(t) not in seen:
+                seen.append(int(t))
+        return CRIT_LIST, tuple(seen)
+    raise ValueError(
+        f"critical {value!r} is not one of {', '.join(_CRITICAL)} or a list of key-tile indices"
+    )
+
+
+def make_config(config: str = "e2e_hif8", *, tau: int = 1, critical="first",
+                max_round: str = "rint", granularity: str = "tile", accum: str = "float32",
+                exp2_fp16: bool = True) -> EngineConfig:
+    """The :class:`~lowprec.kernels.online.EngineConfig` of a BAPS configuration (validated)."""
+    if config not in CONFIGS:
+        raise ValueError(f"config {config!r} is not one of {', '.join(CONFIGS)}")
+    if isinstance(tau, bool) or not isinstance(tau, (int, np.integer)) or tau < 0:
+        raise ValueError(f"tau must be a non-negative int, got {tau!r}")
+    crit, crit_list = _critical(critical)
+    mr = _choice(max_round, _ROUND, "max_round")
+    gran = _choice(granularity, _GRAN, "granularity")
+    acc = _choice(accum, _ACC, "accum")
+    if not isinstance(exp2_fp16, (bool, np.bool_)):
+        raise TypeError("exp2_fp16 must be a bool")
+    if config == "default":
+        return EngineConfig(flow=FA2, exp=EXP_FLOAT, acc=acc)
+    fin, fout = _CONFIG_FORMATS[config]
+    table = exp2_table(fin, fout, bool(exp2_fp16))
+    if config == "e2e_hif8":
+        return EngineConfig(flow=E2E, exp=EXP_TABLE, enc=ENC_HIF8, crit=crit,
+                            crit_list=crit_list, max_round=mr, gran=gran, acc=acc,
+                            thr=restart_threshold(int(tau)), table=table)
+    if config == "naive_e2e":
+        return EngineConfig(flow=FA2, exp=EXP_TABLE, enc=ENC_HIF8, pre_hif8=True, acc=acc,
+                            crit=CRIT_NONE, table=table)
+    return EngineConfig(flow=FA2, exp=EXP_TABLE, enc=_ENC[fin], acc=acc, table=table)
+
+
+def _round_inputs(prob: Problem, input_dtype: str):
+    if input_dtype not in _INPUT:
+        raise ValueError(f"input_dtype {input_dtype!r} is not one of {', '.join(_INPUT)}")
+    if input_dtype == "float32":
+        return prob.q, prob.k, prob.v
+    bf = ml_dtypes.bfloat16
+    return tuple(a.astype(bf).astype(np.float32) for a in (prob.q, prob.k, prob.v))
+
+
+def _baps(prob: Problem, return_stats: bool, config: str = "e2e_hif8", block_q: int =
+          BLOCK_Q_DEFAULT, block_k: int = BLOCK_K_DEFAULT, input_dtype: str = "bfloat16",
+          **opts):
+    if config != "e2e_hif8":
+        bad = sorted(set(opts) & set(_E2E_ONLY))
+        if bad:
+            raise ValueError(
+                f"option(s) {', '.join(bad)} apply only to config 'e2e_hif8', not {config!r}"
+            )
+    cfg = make_config(config, **opts)
+    if cfg.crit == CRIT_LIST:
+        nk = -(-prob.Lk // check_block(block_k, "block_k")) if prob.Lk else 0
+        bad = [t for t in cfg.crit_list if t >= nk]
+        if bad:
+            raise ValueError(
+                f"critical tile indices {bad} are out of range: there are {nk} key tiles"
+            )
+    q, k, v = _round_inputs(prob, input_dtype)
+    out, flags, rr = run_engine(q, k, v, scale=prob.scale, causal=prob.causal, mask=prob.mask,
+                                mask_map=prob.mask_map, block_q=check_block(block_q, "block_q"),
+                                block_k=check_block(block_k, "block_k"), cfg=cfg)
+    return out, (tile_stats(flags, rr) if return_stats else None)
+
+
+register(Scheme(
+    "baps",
+    "BAPS HiF8 flash attention (configs: " + ", ".join(CONFIGS) + ")",
+    _baps,
+    options=("config", "block_q", "block_k", "input_dtype", "tau", "critical", "max_round",
+             "granularity", "accum", "exp2_fp16"),
+))
+
+__all__ = ["exp2_in_format", "exp2_table", "restart_threshold", "make_config", "CONFIGS"]
+

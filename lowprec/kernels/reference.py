@@ -1,0 +1,78 @@
+"""Reference attention (specs/attention.md section 1).
+
+* ``reference``: exact softmax attention in float64 (the accuracy oracle).  Computed in chunks
+  of query rows so that memory stays ``O(chunk x Lk)`` even for 32k-token studies.
+* ``flash``: float32 tiled online-softmax attention (FlashAttention-2, base 2), the Numba engine
+  of :mod:`lowprec.kernels.online` with float32 inputs and float32 ``exp2``; the order of every
+  float32 operation is documented in docs/design.md ("Exact float32 semantics").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..stats import BapsStats
+from . import Scheme, register
+from .online import EXP_FLOAT, FA2, EngineConfig, run_engine
+from .tiling import Problem, causal_visible, check_block
+
+REFERENCE_CHUNK = 256  # query rows per float64 chunk
+BLOCK_Q_DEFAULT = 128
+BLOCK_K_DEFAULT = 128
+
+
+def reference_core(prob: Problem, chunk: int = REFERENCE_CHUNK) -> np.ndarray:
+    """Exact float64 attention of a normalized :class:`Problem`: ``(B, Lq, dv)`` float64.
+
+    ``softmax(q k^T * scale + mask)`` per row with the row maximum subtracted first; rows
+    without a visible key are NaN.
+    """
+    q = prob.q.astype(np.float64, copy=False)
+    k = prob.k.astype(np.float64, copy=False)
+    v = prob.v.astype(np.float64, copy=False)
+    B, Lq, Lk = prob.B, prob.Lq, prob.Lk
+    out = np.empty((B, Lq, prob.dv), dtype=np.float64)
+    for b in range(B):
+        mp = prob.mask[prob.mask_map[b]] if prob.mask is not None else None
+        for r0 in range(0, Lq, chunk):
+            r1 = min(Lq, r0 + chunk)
+            s = (q[b, r0:r1] @ k[b].T) * prob.scale
+            if mp is not None:
+                s = s + mp[r0:r1].astype(np.float64)
+            if prob.causal:
+                vis = causal_visible(Lq, Lk)[r0:r1]
+                s = np.where(vis, s, -np.inf)
+            mx = s.max(axis=1, initial=-np.inf, keepdims=True)
+            with np.errstate(invalid="ignore"):
+                e = np.exp(s - mx)
+                out[b, r0:r1] = (e @ v[b]) / e.sum(axis=1, keepdims=True)
+    return out
+
+
+def _reference(prob: Problem, return_stats: bool):
+    return reference_core(prob), None
+
+
+def _flash(prob: Problem, return_stats: bool, block_q: int = BLOCK_Q_DEFAULT,
+           block_k: int = BLOCK_K_DEFAULT):
+    bq = check_block(block_q, "block_q")
+    bk = check_block(block_k, "block_k")
+    out, flags, rr = run_engine(prob.q, prob.k, prob.v, scale=prob.scale, causal=prob.causal,
+                                mask=prob.mask, mask_map=prob.mask_map, block_q=bq,
+                                block_k=bk, cfg=EngineConfig(flow=FA2, exp=EXP_FLOAT))
+    return out, (tile_stats(flags, rr) if return_stats else None)
+
+
+def tile_stats(flags: np.ndarray, row_restarts: np.ndarray) -> BapsStats:
+    """One call's :class:`~lowprec.stats.BapsStats` from the engine's per-tile flags."""
+    tiles = ((flags == 0) | (flags == 1)).sum(axis=(1, 2)).astype(np.int64)
+    restarts = (flags == 1).sum(axis=(1, 2)).astype(np.int64)
+    return BapsStats(tiles=[tiles], restarts=[restarts],
+                     row_restarts=[np.asarray(row_restarts, dtype=np.int64)], flags=[flags],
+                     calls=1)
+
+
+register(Scheme("reference", "exact softmax attention in float64 (the accuracy oracle)",
+                _reference, options=(), float64=True))
+register(Scheme("flash", "float32 tiled online-softmax attention (FlashAttention-2, base 2)",
+                _flash, options=("block_q", "block_k")))

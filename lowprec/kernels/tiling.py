@@ -1,0 +1,256 @@
+"""Input conventions shared by every attention scheme (specs/attention.md section 0).
+
+The public entry point :func:`lowprec.attention` turns user inputs into a :class:`Problem`:
+float32 (or float64 for ``reference``) C-contiguous arrays ``q (B, Lq, d)``, ``k (B, Lk, d)``,
+``v (B, Lk, dv)`` with every leading (batch, head) dim flattened into ``B``, the scale, the causal
+flag and the mask as an additive float32 array shared between batch entries.  Scheme kernels
+take a Problem and return ``(out (B, Lq, dv) float32, stats or None)``.
+
+Masking rules (the same for every scheme):
+
+* ``causal=True``: key ``j`` is visible from query ``i`` iff ``j <= i + (Lk - Lq)`` (aligned at
+  the end, as torch SDPA's ``is_causal`` with a bottom-right mask; for ``Lq > Lk`` the first
+  ``Lq - Lk`` rows see no key).
+* ``attn_mask`` boolean: True = take part (torch convention); additive float: added to the scaled
+  scores ``q k^T * scale`` (natural-log units), ``-inf`` = masked.  It broadcasts against
+  ``(..., Lq, Lk)``.  NaN and ``+inf`` in an additive mask raise ``ValueError``.
+* A query row with no visible key gives NaN in every scheme (documented; softmax of nothing).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from ..formats._arrays import BF16, is_torch, to_numpy
+
+_IN_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.float64))
+_IN_ALLOWED = "float32, float16, bfloat16 (float64 is accepted and rounded to float32 by every " \
+    "scheme except 'reference')"
+LOG2E = 1.4426950408889634  # log2(e)
+
+
+@dataclass
+class Problem:
+    """A normalized attention call (see the module docstring).
+
+    Attributes:
+        q, k, v: ``(B, Lq, d)``, ``(B, Lk, d)``, ``(B, Lk, dv)`` C-contiguous; float32 unless
+            the scheme asked for float64 and the input was float64.
+        scale: the softmax scale (float).
+        causal: bottom-right aligned causal mask.
+        mask: None or float32 ``(M, Lq, Lk)`` additive mask (0, finite, or -inf).
+        mask_map: int64 ``(B,)``: batch entry ``b`` uses ``mask[mask_map[b]]`` (all zeros when
+            there is no mask).
+        lead: the leading (batch, head) shape ``B`` was flattened from.
+        in_dtype: numpy dtype of ``q`` as given (the output is returned in it).
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    scale: float
+    causal: bool
+    mask: np.ndarray | None
+    mask_map: np.ndarray
+    lead: tuple
+    in_dtype: np.dtype
+
+    @property
+    def B(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def Lq(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def Lk(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def d(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def dv(self) -> int:
+        return self.v.shape[2]
+
+    def mask_array(self) -> np.ndarray:
+        """The mask as a float32 ``(M, Lq, Lk)`` array, an all-zero ``(1, 1, 1)``-free dummy
+        ``(1, 0, 0)`` when there is none (Numba kernels take an array either way)."""
+        if self.mask is None:
+            return np.zeros((1, 0, 0), dtype=np.float32)
+        return self.mask
+
+    def dense_mask(self, b: int) -> np.ndarray:
+        """Boolean ``(Lq, Lk)`` visibility of batch entry ``b`` (causal and mask combined);
+        O(Lq x Lk): for references and tests, not for tiled kernels."""
+        vis = np.ones((self.Lq, self.Lk), dtype=bool)
+        if self.causal:
+            vis &= causal_visible(self.Lq, self.Lk)
+        if self.mask is not None:
+            vis &= self.mask[self.mask_map[b]] != -np.inf
+        return vis
+
+
+def causal_visible(Lq: int, Lk: int) -> np.ndarray:
+    """Boolean ``(Lq, Lk)``: key j visible from query i under the bottom-right causal rule."""
+    i = np.arange(Lq)[:, None]
+    j = np.arange(Lk)[None, :]
+    return j <= i + (Lk - Lq)
+
+
+@njit(inline="always", cache=True)
+def causal_limit(i, Lq, Lk):
+    """Largest key index visible from query ``i`` under the causal rule (may be < 0)."""
+    return i + (Lk - Lq)
+
+
+def _as_float(x, what: str):
+    arr, was_torch = to_numpy(x, what)
+    if arr.dtype.kind == "f" and not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if arr.dtype not in _IN_DTYPES:
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: {_IN_ALLOWED}")
+    if arr.ndim < 2:
+        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
+    return arr, was_torch
+
+
+def _check_scale(scale, d: int) -> float:
+    if scale is None:
+        if d == 0:
+            raise ValueError("head dimension d is 0: give an explicit scale")
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
+        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
+    s = float(scale)
+    if not math.isfinite(s):
+        raise ValueError(f"scale must be finite, got {s}")
+    return s
+
+
+def _prepare_mask(attn_mask, lead: tuple, Lq: int, Lk: int):
+    """Additive float32 mask ``(M, Lq, Lk)`` and the per-batch-entry map, from a boolean or
+    additive mask broadcastable to ``lead + (Lq, Lk)``."""
+    B = int(np.prod(lead, dtype=np.int64))
+    if attn_mask is None:
+        return None, np.zeros(B, dtype=np.int64)
+    m, _ = to_numpy(attn_mask, "attn_mask")
+    full = lead + (Lq, Lk)
+    try:
+        ok = np.broadcast_shapes(m.shape, full) == full
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"attn_mask of shape {m.shape} does not broadcast to {full} (leading dims, Lq, Lk)"
+        )
+    if m.dtype == np.bool_:
+        add = np.where(m, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
+    elif m.dtype.kind == "f" or m.dtype == BF16:
+        add = np.asarray(m, dtype=np.float32)
+        if np.isnan(add).any():
+            raise ValueError("attn_mask contains NaN; use -inf (or False) to mask a key")
+        if (add == np.inf).any():
+            raise ValueError("attn_mask contains +inf; use -inf (or False) to mask a key")
+    else:
+        raise TypeError(
+            f"attn_mask has dtype {m.dtype}; allowed: bool (True = attend) or a float dtype "
+            "(added to the scaled scores)"
+        )
+    # leading dims of the mask, broadcast against lead; share the (Lq, Lk) planes between
+    # batch entries instead of materializing B copies
+    nd = len(full)
+    add = add.reshape((1,) * (nd - add.ndim) + add.shape)
+    mlead = add.shape[:-2]
+    idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
+    mask_map = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
+    planes = np.broadcast_to(add, mlead + (Lq, Lk)).reshape((-1, Lq, Lk))
+    return np.ascontiguousarray(planes, dtype=np.float32), mask_map
+
+
+def prepare(q, k, v, *, scale=None, causal=False, attn_mask=None, keep_float64=False):
+    """Validate and normalize an attention call; returns ``(Problem, was_torch)``.
+
+    Raises TypeError for non-float inputs, ValueError for shape mismatches, bad scales and
+    bad masks, each naming what is allowed.
+    """
+    qa, q_torch = _as_float(q, "q")
+    ka, _ = _as_float(k, "k")
+    va, _ = _as_float(v, "v")
+    if qa.shape[-1] != ka.shape[-1]:
+        raise ValueError(f"q and k must have the same last dim d, got {qa.shape} and {ka.shape}")
+    if ka.shape[-2] != va.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same sequence length Lk, got {ka.shape} and {va.shape}"
+        )
+    try:
+        lead = tuple(np.broadcast_shapes(qa.shape[:-2], ka.shape[:-2], va.shape[:-2]))
+    except ValueError:
+        raise ValueError(
+            f"leading (batch, head) dims of q {qa.shape}, k {ka.shape}, v {va.shape} do not "
+            "broadcast"
+        ) from None
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    Lq, d = qa.shape[-2:]
+    Lk, dv = va.shape[-2:]
+    s = _check_scale(scale, d)
+    in_dtype = qa.dtype
+    want64 = keep_float64 and all(a.dtype == np.float64 for a in (qa, ka, va))
+    dt = np.float64 if want64 else np.float32
+
+    def flat(a, L, D):
+        a = np.broadcast_to(a, lead + (L, D))
+        return np.ascontiguousarray(a, dtype=dt).reshape((-1, L, D))
+
+    mask, mask_map = _prepare_mask(attn_mask, lead, Lq, Lk)
+    prob = Problem(
+        q=flat(qa, Lq, d), k=flat(ka, Lk, d), v=flat(va, Lk, dv), scale=s, causal=bool(causal),
+        mask=mask, mask_map=mask_map, lead=lead, in_dtype=in_dtype,
+    )
+    return prob, q_torch
+
+
+def finish(out: np.ndarray, prob: Problem, as_torch: bool):
+    """Reshape a ``(B, Lq, dv)`` result to ``lead + (Lq, dv)`` in the input dtype and kind."""
+    res = out.reshape(prob.lead + (prob.Lq, prob.dv))
+    if res.dtype != prob.in_dtype:
+        res = res.astype(prob.in_dtype)
+    if not as_torch:
+        return res
+    import torch
+
+    if res.dtype == BF16:
+        return torch.from_numpy(res.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(res))
+
+
+def check_block(value, name: str) -> int:
+    """Validate a tile size (positive int)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def check_options(options: dict, scheme: str, allowed: tuple) -> None:
+    """Raise ValueError naming the allowed options when ``options`` has an unknown key."""
+    bad = sorted(set(options) - set(allowed))
+    if bad:
+        raise ValueError(
+            f"unknown option(s) {', '.join(bad)} for scheme {scheme!r}; allowed: "
+            f"{', '.join(sorted(allowed)) or '(none)'}"
+        )
+
+
+__all__ = ["Problem", "prepare", "finish", "causal_visible", "causal_limit", "check_block",
+           "check_options", "LOG2E", "is_torch"]
+
+from ..formats._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)
