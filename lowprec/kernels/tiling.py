@@ -248,8 +248,50 @@ def check_options(options: dict, scheme: str, allowed: tuple) -> None:
         )
 
 
+def softmax_rows(scores, axis: int = -1, what: str = "scores"):
+    """Validate softmax-surrogate input and return ``(rows, restore)``.
+
+    ``rows`` is a float32 C-contiguous ``(N, L)`` array with ``axis`` moved last (every other
+    dim flattened into ``N``); ``restore(res)`` turns an ``(N, L)`` result (any dtype) back into
+    the input layout and kind (numpy or torch).  float32/float16/bfloat16/float64 inputs are
+    accepted (float64 is rounded to float32); integer or complex input raises TypeError, a bad
+    axis ValueError.  NaN is left to the surrogate (each documents what it does with it).
+    """
+    arr, as_torch = _as_float_any(scores, what)
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an int, got {type(axis).__name__}")
+    if not -arr.ndim <= axis < arr.ndim:
+        raise ValueError(f"axis {axis} is out of range for {what} with {arr.ndim} dims")
+    moved = np.moveaxis(arr, axis, -1)
+    shape = moved.shape
+    rows = np.ascontiguousarray(moved, dtype=np.float32).reshape((-1, shape[-1]))
+
+    def restore(res: np.ndarray):
+        res = np.moveaxis(np.asarray(res).reshape(shape), -1, axis)
+        if not as_torch:
+            return res
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(res))
+
+    return rows, restore
+
+
+def _as_float_any(x, what: str):
+    arr, was_torch = to_numpy(x, what)
+    if arr.dtype.kind == "f" and not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if arr.dtype not in _IN_DTYPES:
+        raise TypeError(
+            f"{what} has dtype {arr.dtype}; allowed: float32, float16, bfloat16, float64"
+        )
+    if arr.ndim < 1:
+        raise ValueError(f"{what} must have at least one dim, got a scalar")
+    return arr, was_torch
+
+
 __all__ = ["Problem", "prepare", "finish", "causal_visible", "causal_limit", "check_block",
-           "check_options", "LOG2E", "is_torch"]
+           "check_options", "softmax_rows", "LOG2E", "is_torch"]
 
 from ..formats._jit import stabilize_module  # noqa: E402
 
