@@ -57,7 +57,7 @@ from .online import (
     run_engine,
 )
 from .reference import BLOCK_K_DEFAULT, BLOCK_Q_DEFAULT, tile_stats
-from .tiling import Problem, check_block
+from .tiling import LOG2E, Problem, check_block, softmax_rows
 
 CONFIGS = {
     "default": "bf16 inputs, float32 softmax (FlashAttention-2, base 2)",
@@ -167,6 +167,54 @@ def restart_threshold(tau: int) -> float:
     return float(np.array([hi], dtype=np.uint32).view(np.float32)[0])
 
 
+def softmax_exp2(scores, axis: int = -1, *, fmt: str = "hif8", fmt_out: str | None = None,
+                 integer_max: bool = True, exp2_fp16: bool = True):
+    """Softmax with the BAPS exponent "in format" (the softmax of ``e2e_hif8`` on one tile).
+
+    Per row (natural-log scores ``x``, rows along ``axis``): ``x2 = fl32(x * log2(e))``,
+    ``m = rowmax(x2)`` rounded to an integer (nearest even; ``integer_max=False`` keeps it
+    exact, as ``exp2_hif8`` does), ``X = fl32(x2 - m)``, ``P = exp2_in_format(X, fmt, fmt_out)``
+    (the input rounding to ``fmt`` happens inside), ``p = P / fl32(rowsum P)`` in float32.
+    With the integer max ``X`` may be positive (up to 0.5); the result is shift invariant.
+
+    Args:
+        scores: float array (numpy or CPU torch), any shape.
+        axis: the softmax axis.
+        fmt, fmt_out: exp2 input/output formats (``hif8``, ``e4m3``, ``e5m2``).
+        integer_max: round the row max to an integer (BAPS section 3.3).
+        exp2_fp16: keep the float16 step of the exp2 chain.
+
+    Returns:
+        float32 probabilities, same shape and kind as ``scores``.  ``-inf`` scores give 0; a
+        row of only ``-inf`` (or containing NaN) gives NaN.
+
+    Example::
+
+        >>> lp.softmax(np.array([0.0, 1.0, 2.0]), scheme="hif8_exp2")
+    """
+    _check_fmt(fmt, "fmt")
+    fmt_out = fmt if fmt_out is None else _check_fmt(fmt_out, "fmt_out")
+    if not isinstance(integer_max, (bool, np.bool_)):
+        raise TypeError("integer_max must be a bool")
+    rows, restore = softmax_rows(scores, axis)
+    x2 = rows * np.float32(LOG2E)
+    with np.errstate(invalid="ignore"):
+        m = x2.max(axis=1, keepdims=True) if rows.shape[1] else np.zeros((rows.shape[0], 1))
+        m = m.astype(np.float32)
+        if integer_max:
+            m = np.rint(m)
+        X = x2 - m
+        P = exp2_in_format(X, fmt, fmt_out, fp16=bool(exp2_fp16))
+        bad = ~np.isfinite(m[:, 0]) | np.isnan(x2).any(axis=1)
+        P[bad] = np.nan
+        out = P / P.sum(axis=1, keepdims=True, dtype=np.float32)
+    return restore(out.astype(np.float32))
+
+
+def _softmax_exp2(scores, axis, **opts):
+    return softmax_exp2(scores, axis, **opts)
+
+
 def _choice(value, table: dict, name: str) -> int:
     if not isinstance(value, str) or value not in table:
         raise ValueError(f"{name} {value!r} is not one of {', '.join(table)}")
@@ -264,5 +312,10 @@ register(Scheme(
              "granularity", "accum", "exp2_fp16"),
 ))
 
-__all__ = ["exp2_in_format", "exp2_table", "restart_threshold", "make_config", "CONFIGS"]
+register(Scheme("hif8_exp2", "BAPS softmax: exp2 in HiF8 (or E4M3/E5M2) with an integer row max",
+                _softmax_exp2, options=("fmt", "fmt_out", "integer_max", "exp2_fp16"),
+                kind="softmax"))
+
+__all__ = ["softmax_exp2", "exp2_in_format", "exp2_table", "restart_threshold", "make_config",
+           "CONFIGS"]
 
