@@ -30,6 +30,7 @@ from ..formats._bits import f32_as_u32, u32_as_f32
 from ..formats.hif8 import HIF8_SPEC, HIF8_VALUES
 from ..formats.minifloat import E4M3_SPEC, E5M2_SPEC, scalar_code32
 from ..formats.rounding import RNA, RNE
+from ._bytelut import build_tables, lut_index
 from ._gemm import RED, ROWS, pv_tile, qk_tile
 
 FA2 = 0
@@ -60,6 +61,29 @@ _enc_hif8 = scalar_code32(HIF8_SPEC, RNA, False)
 _enc_hif8_sat = scalar_code32(HIF8_SPEC, RNA, True)
 _enc_e4m3_sat = scalar_code32(E4M3_SPEC, RNE, True)
 _enc_e5m2_sat = scalar_code32(E5M2_SPEC, RNE, True)
+
+# enc -> (format, rounding, saturate, ties to even); the same roundings as the _enc_* above
+_ENC_FUNCS = {ENC_HIF8: ("hif8", "nearest_away", False, False),
+              ENC_HIF8_SAT: ("hif8", "nearest_away", True, False),
+              ENC_E4M3_SAT: ("e4m3", "nearest_even", True, True),
+              ENC_E5M2_SAT: ("e5m2", "nearest_even", True, True)}
+_BYTE_TABLES: dict = {}
+_EXTRA_POINTS = {"hif8": (49152.0,)}  # formats.md 1.4: a virtual 49152 stands for Inf
+
+
+def byte_tables(enc: int):
+    """The :mod:`._bytelut` tables ``(addm1, sh, lut)`` of an ``ENC_*`` rounding (cached)."""
+    tabs = _BYTE_TABLES.get(enc)
+    if tabs is None:
+        from ..formats import encode, get_format
+
+        name, rounding, sat, ties_even = _ENC_FUNCS[enc]
+        tabs = build_tables(get_format(name).values().astype(np.float64),
+                            lambda x: encode(x, name, rounding=rounding, saturate=sat),
+                            ties_even, extra_points=_EXTRA_POINTS.get(name, ()))
+        _BYTE_TABLES[enc] = tabs
+    return tabs
+
 
 _HIF8_VALUES = HIF8_VALUES.astype(np.float32)
 _LOG2E_F32 = np.float32(math.log2(math.e))
@@ -180,9 +204,10 @@ def _row_max(srow, n):
 
 
 @njit(cache=True, nogil=True)
-def _p_row(srow, prow, codes, n, m, exp, enc, table):
+def _p_row(srow, prow, n, m, exp, addm1, sh, ptab):
     """``prow[j] = exp2(fl(srow[j] - m))`` for ``j < n`` (0 when ``m`` is -inf).  Table
-    lookups encode the whole row first (a vectorizable loop), then gather."""
+    exponentials round ``fl(srow[j] - m)`` to the input format through the byte tables of
+    :mod:`._bytelut` (``ptab`` maps a table index straight to the exp2 value)."""
     if m == _NINF:
         for j in range(n):
             prow[j] = np.float32(0.0)
@@ -191,20 +216,8 @@ def _p_row(srow, prow, codes, n, m, exp, enc, table):
         for j in range(n):
             prow[j] = _exp2_float(np.float32(srow[j] - m))
         return
-    if enc == ENC_HIF8:
-        for j in range(n):
-            codes[j] = _enc_hif8(f32_as_u32(np.float32(srow[j] - m)))
-    elif enc == ENC_HIF8_SAT:
-        for j in range(n):
-            codes[j] = _enc_hif8_sat(f32_as_u32(np.float32(srow[j] - m)))
-    elif enc == ENC_E4M3_SAT:
-        for j in range(n):
-            codes[j] = _enc_e4m3_sat(f32_as_u32(np.float32(srow[j] - m)))
-    else:
-        for j in range(n):
-            codes[j] = _enc_e5m2_sat(f32_as_u32(np.float32(srow[j] - m)))
     for j in range(n):
-        prow[j] = table[codes[j]]
+        prow[j] = ptab[lut_index(f32_as_u32(np.float32(srow[j] - m)), addm1, sh)]
 
 
 @njit(inline="always", cache=True)
@@ -303,7 +316,7 @@ def _visit_order(order, is_crit, vis, nk, crit, crit_list, i_last, Lq, Lk, Bc):
 @njit(cache=True, nogil=True, parallel=True)
 def _engine(q, kt, v, Lq, Lk, d, dv, Br, Bc, c, causal, mask, mmap, has_mask,
             flow, exp, enc, pre_hif8, crit, crit_list, max_round, gran, acc, thr, table,
-            out, flags, row_restarts):
+            addm1, sh, ptab, out, flags, row_restarts):
     B = q.shape[0]
     nq = (Lq + Br - 1) // Br
     nk = (Lk + Bc - 1) // Bc
@@ -328,7 +341,6 @@ def _engine(q, kt, v, Lq, Lk, d, dv, Br, Bc, c, causal, mask, mmap, has_mask,
         vis = np.empty(nk, dtype=np.bool_)
         is_crit = np.empty(nk, dtype=np.bool_)
         order = np.empty(nk, dtype=np.int64)
-        codes = np.empty(bc_pad, dtype=np.uint32)
         _visible_tiles(vis, b, i0, nrow, Lq, Lk, Bc, nk, causal, mask, mmap, has_mask)
         nvisit, ncrit = _visit_order(order, is_crit, vis, nk, crit, crit_list, i0 + nrow - 1,
                                      Lq, Lk, Bc)
@@ -387,7 +399,7 @@ def _engine(q, kt, v, Lq, Lk, d, dv, Br, Bc, c, causal, mask, mmap, has_mask,
                     flags[b, qt, t] = 1 if restart else 0
             # ---- P, row sums, P v
             for i in range(nrow):
-                _p_row(s[i], p[i], codes, ncol, m[i], exp, enc, table)
+                _p_row(s[i], p[i], ncol, m[i], exp, addm1, sh, ptab)
                 for j in range(ncol, bc_pad):
                     p[i, j] = np.float32(0.0)
             pv_tile(p, v[b], pv, j0, br_pad, bc_pad, dv_pad)
@@ -436,6 +448,8 @@ def run_engine(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, cau
     has_mask = mask is not None
     mk = mask if has_mask else np.zeros((1, 1, 1), dtype=np.float32)
     table = cfg.table if cfg.table is not None else np.zeros(256, dtype=np.float32)
+    addm1, sh, lut = byte_tables(cfg.enc)
+    ptab = table.astype(np.float32)[lut.astype(np.int64)]
     out = np.empty((B, Lq, dv), dtype=np.float32)
     flags = np.empty((B, nq, nk), dtype=np.int8)
     rr = np.zeros(B * nq, dtype=np.int64)
@@ -444,7 +458,8 @@ def run_engine(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, cau
         _engine(qp, ktp, vp, Lq, Lk, d, dv, Br, Bc, c, bool(causal), mk,
                 np.ascontiguousarray(mask_map, dtype=np.int64), has_mask, cfg.flow, cfg.exp,
                 cfg.enc, bool(cfg.pre_hif8), cfg.crit, crit_list, cfg.max_round, cfg.gran,
-                cfg.acc, np.float32(cfg.thr), table.astype(np.float32), out, flags, rr)
+                cfg.acc, np.float32(cfg.thr), table.astype(np.float32), addm1, sh, ptab, out,
+                flags, rr)
     elif Lk == 0:
         out[:] = np.nan
         flags[:] = FLAG_SKIPPED
