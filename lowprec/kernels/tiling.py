@@ -207,7 +207,8 @@ def prepare(q, k, v, *, scale=None, causal=False, attn_mask=None, keep_float64=F
 
     def flat(a, L, D):
         a = np.broadcast_to(a, lead + (L, D))
-        return np.ascontiguousarray(a, dtype=dt).reshape((-1, L, D))
+        nb = int(np.prod(lead, dtype=np.int64))
+        return np.ascontiguousarray(a, dtype=dt).reshape((nb, L, D))
 
     mask, mask_map = _prepare_mask(attn_mask, lead, Lq, Lk)
     prob = Problem(

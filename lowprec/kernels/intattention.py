@@ -1,0 +1,1306 @@
+"""IntAttention / IndexSoftmax and the baselines of the same paper (specs/attention.md section 3;
+seed ``intattention.txt``, equations 2 to 18, Table 9, Figure 9).
+
+Integer core (public, bit-exact by construction)
+------------------------------------------------
+:func:`index_softmax` maps int32 logits ``S (..., L, S)`` to 8-bit probabilities, row by row:
+
+1. ``D = rowmax(S) - S`` over the visible entries (eq. 7), ``D' = min(D, c_int)`` (eq. 9).
+2. ``E = LUT[idx]`` with the ``2**bits``-entry table of :func:`index_lut` (eq. 10, 13, 14).
+3. ``idx`` (eq. 11): ``index_rounding="floor"`` (default) is what the authors' simulation -- the
+   code behind every accuracy number of the paper -- computes, ``trunc(fp32(nb * D') /
+   fp32(c_int))`` with ``nb = 2**bits - 1``; ``"nearest"`` is eq. 11 as printed, the exact
+   rational ``nb * D' / c_int`` rounded half to even.
+4. ``Z = rowsum(E)`` (exact), ``P = RNE(fp32(E * 255) / fp32(Z))`` (eq. 15): uint8 in [0, 255];
+   rows need not sum to 255.  ``p_format="int8"`` uses 127 instead of 255 (Table 9's INT8 P).
+
+``deploy=True`` models the authors' Arm NEON kernel instead: the threshold is the kernel's ``T``
+(pass it as ``c_int``), ``idx = (D' * mult + 2**25) >> 26`` with ``mult = int(fp32(nb * 2**26 /
+T) + 0.5)`` (:func:`deploy_multiplier`), the row sum is kept in uint16 and wraps (counted in the
+statistics), a row whose wrapped sum is 255 is left unnormalised (the kernel's early exit), else
+``ns = uint8(int(fp32(65280 / Z16) + 0.5))`` and ``P = (E * ns + 128) >> 8``.  A wrapped sum
+below 255 gives an ``ns`` that does not fit 8 bits: C++ leaves that conversion undefined; we
+keep the low byte of the saturated unsigned conversion (what AArch64 ``fcvtzu`` and a byte store
+give; ``Z16 = 0`` gives ``ns = 255``) and count the row in ``reciprocal_overflows``.
+``neon_tail=True`` also reproduces the kernel's scalar loop over the last ``L % 16`` columns,
+which truncates instead of rounding in both shifts.
+
+Float pipelines (``lp.attention(..., scheme=...)``)
+--------------------------------------------------
+* ``intattention``: int8 q, k, v (symmetric, ``s = amax / 127``, ``x8 = clamp(RNE(x / s), -127,
+  127)``, eq. 2-3, computed by :mod:`lowprec.formats.integer`), ``S = q8 k8^T`` exact int32
+  (eq. 4), ``c_int = RNE(c / alpha)`` in float64 with ``alpha = s_q s_k scale`` (eq. 8;
+  ``deploy=True``: ``T = floor(c / alpha + 0.5)``, the kernel's ``int(x + 0.5)``), the core
+  above, ``O = (P v8) * s_v / 255`` (eq. 5; float64, rounded once to float32).
+* ``quant_only``: the same int8 logits dequantised in float32 (``((fp32(S) * fp32(scale)) * s_q)
+  * s_k``, the authors' order), a correctly rounded float32 softmax (float64 inside),
+  ``P8 = RNE(fp32(127 p))`` as int8, ``O = (P8 v8) * s_v / 127``.
+* ``index_softmax_only``: float32 scores with the LUT softmax of :func:`index_softmax_float`,
+  ``O = P v`` (float64 accumulation of the float32 ``P``).
+* ``exaq``: float32 scores, EXAQ's clipped ``bits``-bit quantisation of the max-centred scores
+  (:func:`exaq_softmax`), float softmax, ``O = P v``.
+
+Granularity (section 3.3, eq. 16-18), option ``granularity``:
+
+* ``per_tensor`` (default, the paper's): one scale each for q, k and v over the whole call (every
+  batch and head entry), as the authors' simulation.
+* ``per_channel``: one scale per attention head (per entry of the flattened leading dims) for each
+  of q, k, v; ``c_int`` per head.
+* ``per_block``: q scales per block of ``block`` consecutive query tokens of a head (default
+  128, SageAttention's query block), k and v per head; ``c_int`` per (head, query block).
+  Key-side blocks are not offered: the integer row max of eq. 7 needs every logit of a row in one
+  unit ``alpha``, so the key scale must be constant along a row.
+
+Masking (tiling.py): causal (bottom-right aligned) and ``-inf``/False mask entries are excluded
+from the row max and get ``E = 0`` -- equivalent to the authors' fill with the large negative
+integer ``-2**20``, without its failure when real logits lie below it (``d >= 65``).  A finite
+additive mask value ``m`` is added to the logits in logit units, ``RNE(m / alpha)``, and the sum
+saturates to ``+-(2**30 - 1)`` (so ``rowmax - S`` stays in int32; counted in
+``mask_saturated``).  A query row that sees no key gives NaN output in every scheme here; the core
+returns zeros for such rows (``empty_rows`` in the statistics).
+
+Hazards (spec section 3): ``c_int`` is computed in float64 and a ValueError is raised when it is
+< 1 or does not fit int32 (the authors' fp16 arithmetic overflows and silently gives uniform
+attention); non-finite q, k, v raise ValueError (the int8 scale needs a finite ``amax``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from ..formats import api as _fmt
+from ..formats._arrays import to_numpy
+from ..stats import Stats
+from . import Scheme, register
+from .tiling import Problem, check_block, softmax_rows
+
+BITS_DEFAULT = 5  # attention.md 3: b = 5, a 32-entry LUT (paper section 4.4)
+C_DEFAULT = 6.6  # attention.md 3: clipping threshold c (paper section 4.4)
+BITS_MAX = 8  # indices are stored in uint8 while a row is processed
+LUT_SCALE = 255  # eq. 13: LUT entries are RNE(255 * exp(...))
+P_SCALES = {"uint8": 255, "int8": 127}  # eq. 15 (x255); Table 9's INT8 P (x127)
+INT8_QMAX = 127  # eq. 3: symmetric int8 range [-127, 127]
+INT8_ROUND_LIMIT = 127.5  # |x / s| above this is clamped (counted as saturation)
+INT32_MAX = 2**31 - 1
+LOGIT_LIMIT = 2**30 - 1  # logits + mask bias saturate here, so rowmax - S fits int32
+DEPLOY_SHIFT = 26  # Q26 index multiplier of the authors' NEON kernel
+DEPLOY_ROUND = 1 << (DEPLOY_SHIFT - 1)  # rounding term of vrshrq_n_s32(x, 26)
+DEPLOY_NORM = 255 * 256  # 65280: numerator of the 8-bit reciprocal ns (Q8)
+DEPLOY_T_MAX = 2**24 - 1  # the kernel computes T and mult in float32: T must be exact there
+NEON_LANES = 16  # columns per vector step of the NEON kernel (the rest is the scalar tail)
+UINT16_MOD = 1 << 16
+BLOCK_DEFAULT = 128  # per_block: query tokens per scale block
+INDEX_ROUNDINGS = ("floor", "nearest")
+GRANULARITIES = ("per_tensor", "per_channel", "per_block")
+P_FORMATS = tuple(P_SCALES)
+#: EXAQ's clipping rule ``C = a * sigma + b`` per bit width (attention.md 3, EXAQ Table 1).
+EXAQ_AB = {2: (-1.66, -1.85), 3: (-1.75, -2.06), 4: (-1.83, -2.27)}
+EXAQ_BITS_DEFAULT = 3
+EXAQ_C_FALLBACK = -1e-6  # used when C is not finite or not negative (authors' safeguard)
+CHUNK_ELEMS = 1 << 22  # logits per step of the float pipelines (bounds memory)
+F32_EXACT = 1 << 24  # integers up to this are exact in float32: int8 GEMMs run in float32 BLAS
+# while every partial sum stays below it (127 * 127 * d <= 2**24 for d <= 1040)
+
+_MODE_FLOOR = 0
+_MODE_NEAREST = 1
+# per-row counters written by the core kernel
+_I_CLIPPED, _I_ZERO, _I_EMPTY, _I_WRAP, _I_NSOVF, _I_DOVF, _I_VIS, _I_PSUM = range(8)
+_N_INFO = 8
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+
+
+@dataclass
+class IntAttentionStats(Stats):
+    """Statistics of the IntAttention family (specs/attention.md sections 3 and 8).
+
+    Totals are summed over calls; the ``c_int`` and ``head_*`` lists hold one entry per call.
+    ``intattention`` and :func:`index_softmax` fill every field but ``exaq_clip``;
+    ``quant_only`` fills ``calls``, ``rows``, ``empty_rows``, ``quantized``, ``saturated``;
+    ``index_softmax_only`` fills ``calls``, ``rows``, ``empty_rows``; ``exaq`` also ``logits``
+    and ``exaq_clip``.
+
+    Attributes:
+        calls: number of calls merged (core or attention calls).
+        rows: softmax rows processed.
+        empty_rows: rows without a visible key (NaN output rows of the pipelines).
+        logits: visible logits processed.
+        clipped: visible logits with ``rowmax - S >= c_int`` (eq. 9 saturates them; the LUT gives
+            them its last entry, 0): the sparsity of the clipping.
+        zero_exp: visible logits whose LUT value is 0 (``clipped`` plus small-table zeros).
+        quantized: q, k, v elements quantised to int8 by the pipelines.
+        saturated: of those, elements with ``|x / s| > 127.5`` (clamped to +-127; always 0 with
+            data-derived scales, kept so every scheme reports it).
+        mask_saturated: logits whose sum with the mask bias saturated to ``+-(2**30 - 1)``.
+        uint16_wraps: ``deploy=True``: rows whose row sum exceeded 65535 (it wrapped).
+        reciprocal_overflows: ``deploy=True``: rows whose wrapped sum was below 255, so the 8-bit
+            reciprocal ``ns`` did not fit (see the module docstring).
+        diff_overflows: logits whose ``rowmax - S`` exceeded int32 (core on wide-range input;
+            computed exactly here, an int32 kernel would wrap).
+        c_int: per call, int64 array ``(B, groups)`` of the thresholds used (``T`` in deploy
+            mode; groups: 1, or query blocks with ``per_block``); core calls record theirs
+            per row group as given (broadcast shape).
+        head_logits, head_clipped, head_wraps: per call, int64 ``(B,)`` per (batch, head)
+            entry (leading dims flattened; the core flattens all leading dims into one entry).
+        exaq_clip: per ``exaq`` call, ``[sigma, C, lo]``: the population std of the max-centred
+            scores, EXAQ's ``C = a sigma + b`` and the lower clip ``max(C, min)``.
+    """
+
+    calls: int = 0
+    rows: int = 0
+    empty_rows: int = 0
+    logits: int = 0
+    clipped: int = 0
+    zero_exp: int = 0
+    quantized: int = 0
+    saturated: int = 0
+    mask_saturated: int = 0
+    uint16_wraps: int = 0
+    reciprocal_overflows: int = 0
+    diff_overflows: int = 0
+    c_int: list = field(default_factory=list)
+    head_logits: list = field(default_factory=list)
+    head_clipped: list = field(default_factory=list)
+    head_wraps: list = field(default_factory=list)
+    exaq_clip: list = field(default_factory=list)
+
+    _derived = ("clip_rate", "zero_rate", "saturation_rate", "wrap_rate")
+    _COUNTS = ("calls", "rows", "empty_rows", "logits", "clipped", "zero_exp", "quantized",
+               "saturated", "mask_saturated", "uint16_wraps", "reciprocal_overflows",
+               "diff_overflows")
+    _LISTS = ("c_int", "head_logits", "head_clipped", "head_wraps", "exaq_clip")
+
+    def merge(self, other: IntAttentionStats) -> IntAttentionStats:
+        """Sum of two statistics (counts added, per-call lists concatenated)."""
+        kw = {n: getattr(self, n) + getattr(other, n) for n in self._COUNTS}
+        kw.update({n: list(getattr(self, n)) + list(getattr(other, n)) for n in self._LISTS})
+        return IntAttentionStats(**kw)
+
+    @property
+    def clip_rate(self) -> float:
+        """``clipped / logits`` (0.0 when nothing was recorded)."""
+        return self.clipped / self.logits if self.logits else 0.0
+
+    @property
+    def zero_rate(self) -> float:
+        """``zero_exp / logits``: the share of visible logits that contribute nothing."""
+        return self.zero_exp / self.logits if self.logits else 0.0
+
+    @property
+    def saturation_rate(self) -> float:
+        """``saturated / quantized`` (0.0 when nothing was quantised)."""
+        return self.saturated / self.quantized if self.quantized else 0.0
+
+    @property
+    def wrap_rate(self) -> float:
+        """``uint16_wraps / rows`` (deploy mode; 0.0 otherwise)."""
+        return self.uint16_wraps / self.rows if self.rows else 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# Validation helpers
+
+
+def _check_bits(bits, lo: int = 1, hi: int = BITS_MAX) -> int:
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not lo <= bits <= hi:
+        raise ValueError(f"bits must be an int in {lo}..{hi}, got {bits!r}")
+    return int(bits)
+
+
+def _check_c(c) -> float:
+    if isinstance(c, bool) or not isinstance(c, (int, float, np.integer, np.floating)):
+        raise TypeError(f"c must be a real number, got {type(c).__name__}")
+    cf = float(c)
+    if not (math.isfinite(cf) and cf > 0):
+        raise ValueError(f"c must be finite and > 0, got {c!r}")
+    return cf
+
+
+def _check_choice(value, name: str, allowed: tuple) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _check_flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+# --------------------------------------------------------------------------------------------
+# LUT and constants
+
+
+def index_lut(bits: int = BITS_DEFAULT, c: float = C_DEFAULT) -> np.ndarray:
+    """The UINT8 exponent table of IndexSoftmax (attention.md 3 step 2; paper eq. 10 and 13).
+
+    ``LUT[i] = RNE(255 * exp(-c * i / (2**bits - 1)))`` for ``i < 2**bits - 1`` (float64 exp),
+    ``LUT[0] = 255`` and ``LUT[2**bits - 1] = 0``.
+
+    Args:
+        bits: LUT resolution ``b`` (1..8); ``2**bits`` entries.
+        c: clipping threshold in natural-log units (> 0).
+
+    Returns:
+        uint8 array of ``2**bits`` entries, non-increasing.
+
+    Raises:
+        ValueError: ``bits`` outside 1..8, ``c`` not finite and positive.  TypeError: ``c`` not
+        a number.
+
+    Example:
+        >>> index_lut(5, 6.6)[:6]
+        array([255, 206, 167, 135, 109,  88], dtype=uint8)
+    """
+    b = _check_bits(bits)
+    cf = _check_c(c)
+    nb = (1 << b) - 1
+    i = np.arange(nb + 1, dtype=np.float64)
+    lut = np.rint(LUT_SCALE * np.exp(-cf * i / nb))
+    lut[0] = LUT_SCALE
+    lut[nb] = 0
+    return lut.astype(np.uint8)
+
+
+def clip_threshold(alpha, c: float = C_DEFAULT, *, deploy: bool = False):
+    """Integer clipping threshold ``c_int`` from the logit scale ``alpha`` (paper eq. 8, 16).
+
+    ``c_int = RNE(c / alpha)`` computed in float64; ``deploy=True`` gives the NEON kernel's
+    ``T = floor(c / alpha + 0.5)`` (its ``int(c * c_scale + 0.5f)``, here in float64).
+
+    Args:
+        alpha: ``s_q s_k scale`` (float > 0, or an array of them).
+        c: clipping threshold in natural-log units.
+        deploy: round half up as the deployment kernel instead of half to even.
+
+    Returns:
+        int (scalar ``alpha``) or int64 array of ``alpha``'s shape.
+
+    Raises:
+        ValueError: ``alpha`` not finite and positive; a threshold < 1 (inputs so large that
+        ``alpha > 2 c``) or above ``2**31 - 1`` (inputs so small that the int32 threshold
+        overflows -- the authors' fp16 simulation then silently gives uniform attention); in
+        deploy mode also above ``2**24 - 1`` (the kernel's float32 ``T`` and ``mult``).
+
+    Example:
+        >>> clip_threshold(0.001)
+        6600
+    """
+    cf = _check_c(c)
+    a = np.asarray(alpha, dtype=np.float64)
+    if not np.all(np.isfinite(a) & (a > 0)):
+        raise ValueError("alpha must be finite and > 0 (alpha = s_q * s_k * scale)")
+    x = cf / a
+    t = np.floor(x + 0.5) if deploy else np.rint(x)
+    hi = DEPLOY_T_MAX if deploy else INT32_MAX
+    if np.any(t < 1):
+        raise ValueError(
+            f"c_int = round(c / alpha) = {float(t.min()):.0f} < 1 (c = {cf}, alpha = "
+            f"{float(a.max()):.6g}): the int8 logit unit is coarser than the clipping range; "
+            "scale q or k down, or raise c"
+        )
+    if np.any(t > hi):
+        raise ValueError(
+            f"c_int = round(c / alpha) = {float(t.max()):.6g} does not fit "
+            f"{'the deploy kernel (2**24 - 1)' if deploy else 'int32'} (c = {cf}, alpha = "
+            f"{float(a.min()):.6g}): q or k are too small for per-tensor int8 logits; use a "
+            "finer granularity or rescale the inputs"
+        )
+    t = t.astype(np.int64)
+    return int(t) if t.ndim == 0 else t
+
+
+def deploy_multiplier(c_int: int, bits: int = BITS_DEFAULT) -> int:
+    """Q26 index multiplier of the NEON kernel: ``int(fp32(fp32(nb * 2**26) / fp32(T)) + 0.5)``
+    with ``nb = 2**bits - 1`` and every step a float32 operation (attention.md 3, deploy).
+
+    Args:
+        c_int: the kernel's threshold ``T`` (1 .. 2**24 - 1).
+        bits: LUT resolution (1..5: ``nb * 2**26`` must fit int32).
+
+    Returns:
+        int ``mult``; ``idx = (D' * mult + 2**25) >> 26`` maps ``D'`` in ``[0, T]`` to
+        ``[0, nb]``.
+
+    Raises:
+        ValueError: ``c_int`` or ``bits`` out of range.
+
+    Example:
+        >>> deploy_multiplier(6600)
+        315208
+    """
+    b = _check_bits(bits, 1, 5)
+    if isinstance(c_int, bool) or not isinstance(c_int, (int, np.integer)) or \
+            not 1 <= c_int <= DEPLOY_T_MAX:
+        raise ValueError(f"deploy c_int (T) must be an int in 1..{DEPLOY_T_MAX}, got {c_int!r}")
+    return _deploy_mult(int(c_int), (1 << b) - 1)
+
+
+def _deploy_mult(t: int, nb: int) -> int:
+    num = np.float32(nb * (1 << DEPLOY_SHIFT))  # exact: nb * 2**26 has <= 5 significant bits
+    q = np.float32(np.float64(num) / np.float64(np.float32(t)))  # one float32 division
+    return int(np.float32(np.float64(q) + 0.5))  # float32 add, then truncation
+
+
+# --------------------------------------------------------------------------------------------
+# Numba kernels (plain arrays and ints)
+
+
+@njit(inline="always", cache=True)
+def _index_of(dd, c, c32, nb, mode, deploy, mr, vector):
+    """LUT index of a clipped distance ``dd`` in ``[0, c]`` (attention.md 3 step 3)."""
+    if deploy:
+        prod = dd * mr
+        if vector:
+            return (prod + DEPLOY_ROUND) >> DEPLOY_SHIFT
+        return prod >> DEPLOY_SHIFT
+    if mode == _MODE_FLOOR:
+        # trunc(fp32(nb * D') / fp32(c_int)): one float32 rounding of the product, one float32
+        # division (LLVM's fdiv float is correctly rounded)
+        return min(np.int64(np.float32(np.float32(nb * dd) / c32)), nb)
+    num = nb * dd  # "nearest": the exact quotient rounded half to even
+    qq = num // c
+    rr = num - qq * c
+    if 2 * rr > c or (2 * rr == c and (qq & 1) == 1):
+        qq += 1
+    return qq
+
+
+@njit(cache=True, nogil=True)
+def _index_rows(s, cint, lim, vis, has_vis, lut, nb, mode, pmax, deploy, mult, tail_from, out,
+                info):
+    """IndexSoftmax of every row of ``s`` (N, L) int32 into ``out`` (N, L) uint8.
+
+    ``cint`` (N,) int64 thresholds (``T`` in deploy mode); key ``j`` of row ``r`` is visible iff
+    ``j <= lim[r]`` and (``vis[r, j]`` when ``has_vis``); ``lut`` (nb + 1,) int64, non-increasing
+    with ``lut[nb] = 0``; ``mult`` (N,) int64 (deploy); columns ``>= tail_from`` use the NEON
+    scalar tail (deploy); ``info`` (N, 8) int64 per-row counters (see ``_I_*``).
+
+    Each row takes three passes: the visible max; the index of every key (stored in ``out``;
+    masked keys get ``nb``, whose LUT value is 0) with the exact sum ``Z``; the map from index
+    to probability through a per-row table (E takes at most ``nb + 1`` values, so the one
+    division of eq. 15 per table entry gives every element's result).
+    """
+    N, L = s.shape
+    ne = nb + 1
+    iz = nb  # first index whose LUT value is 0 (the LUT is non-increasing)
+    while iz > 0 and lut[iz - 1] == 0:
+        iz -= 1
+    ptab = np.zeros(ne, np.int64)
+    ttab = np.zeros(ne, np.int64)
+    for r in range(N):
+        for t in range(_N_INFO):
+            info[r, t] = 0
+        c = cint[r]
+        c32 = np.float32(c)
+        top = min(lim[r], L - 1)
+        m = np.int64(0)
+        nvis = 0
+        for j in range(top + 1):
+            if has_vis and not vis[r, j]:
+                continue
+            x = np.int64(s[r, j])
+            if nvis == 0 or x > m:
+                m = x
+            nvis += 1
+        if nvis == 0:
+            for j in range(L):
+                out[r, j] = 0
+            info[r, _I_EMPTY] = 1
+            continue
+        z = np.int64(0)
+        clipped = 0
+        zero = 0
+        dovf = 0
+        mr = mult[r] if deploy else np.int64(0)
+        for j in range(top + 1):
+            if has_vis and not vis[r, j]:
+                out[r, j] = nb
+                continue
+            dd = m - np.int64(s[r, j])
+            dovf += dd > INT32_MAX
+            clipped += dd >= c
+            idx = _index_of(min(dd, c), c, c32, nb, mode, deploy, mr, j < tail_from)
+            out[r, j] = idx
+            z += lut[idx]
+            zero += idx >= iz
+        for j in range(top + 1, L):
+            out[r, j] = nb
+        wrap = 0
+        nsovf = 0
+        if deploy:
+            z16 = z & (UINT16_MOD - 1)
+            if z >= UINT16_MOD:
+                wrap = 1
+            if z16 == pmax:  # the kernel's early exit: P = E
+                for i in range(ne):
+                    ptab[i] = lut[i]
+                    ttab[i] = lut[i]
+            else:
+                if z16 == 0:
+                    ns = np.int64(255)
+                    nsovf = 1
+                else:
+                    q = np.float32(np.float64(DEPLOY_NORM) / np.float64(z16))
+                    nsi = np.int64(np.float32(np.float64(q) + 0.5))
+                    if nsi > 255:
+                        nsovf = 1
+                    ns = nsi & 255
+                for i in range(ne):
+                    ptab[i] = (lut[i] * ns + 128) >> 8
+                    ttab[i] = (lut[i] * ns) >> 8
+        else:
+            zf = np.float64(np.float32(z))
+            for i in range(ne):
+                q = np.float32(np.float64(np.float32(lut[i] * pmax)) / zf)
+                ptab[i] = np.int64(np.rint(np.float64(q)))
+        psum = np.int64(0)
+        for j in range(min(L, tail_from)):
+            p = ptab[out[r, j]]
+            out[r, j] = p
+            psum += p
+        for j in range(tail_from, L):
+            p = ttab[out[r, j]]
+            out[r, j] = p
+            psum += p
+        info[r, _I_CLIPPED] = clipped
+        info[r, _I_ZERO] = zero
+        info[r, _I_WRAP] = wrap
+        info[r, _I_NSOVF] = nsovf
+        info[r, _I_DOVF] = dovf
+        info[r, _I_VIS] = nvis
+        info[r, _I_PSUM] = psum
+
+
+@njit(cache=True, nogil=True)
+def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
+    """LUT softmax of float32 scores ``x`` (N, L) into float32 ``out`` (see
+    :func:`index_softmax_float`); ``-inf`` scores and masked keys give 0, rows with NaN or
+    ``+inf``, or without a visible finite score, give NaN."""
+    N, L = x.shape
+    cf64 = np.float64(cf)
+    idxs = np.empty(L, np.int64)
+    for r in range(N):
+        top = min(lim[r], L - 1)
+        m = -np.inf
+        nvis = 0
+        bad = False
+        for j in range(top + 1):
+            if has_vis and not vis[r, j]:
+                continue
+            v = x[r, j]
+            if v != v or v == np.inf:
+                bad = True
+            if v == -np.inf:
+                continue
+            nvis += 1
+            if v > m:
+                m = v
+        if bad or nvis == 0:
+            for j in range(L):
+                out[r, j] = np.nan
+            continue
+        z = np.int64(0)
+        for j in range(L):
+            if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
+                idxs[j] = -1
+                continue
+            dd = np.float32(np.float64(m) - np.float64(x[r, j]))
+            if dd > cf:
+                dd = cf
+            q = np.float32(np.float64(np.float32(np.float64(dd) * nb)) / cf64)
+            if mode == _MODE_FLOOR:
+                idx = np.int64(q)
+            else:
+                idx = np.int64(np.rint(np.float64(q)))
+            if idx > nb:
+                idx = nb
+            idxs[j] = idx
+            z += lut[idx]
+        zf = np.float64(np.float32(z))
+        for j in range(L):
+            if idxs[j] < 0:
+                out[r, j] = 0.0
+            else:
+                out[r, j] = np.float32(np.float64(lut[idxs[j]]) / zf)
+
+
+@njit(cache=True, nogil=True)
+def _row_max(x, r, top, vis, has_vis):
+    """Max of the visible, finite-or--inf entries of row ``r`` (``-inf`` when none)."""
+    m = -np.inf
+    for j in range(top + 1):
+        if has_vis and not vis[r, j]:
+            continue
+        if x[r, j] > m:
+            m = x[r, j]
+    return m
+
+
+@njit(cache=True, nogil=True)
+def _exaq_moments(x, lim, vis, has_vis, acc):
+    """Accumulate count, sum, sum of squares and min of the max-centred visible finite scores
+    (float32 ``x - rowmax``) into ``acc`` (4,) float64."""
+    N, L = x.shape
+    for r in range(N):
+        top = min(lim[r], L - 1)
+        m = _row_max(x, r, top, vis, has_vis)
+        if m == -np.inf or m != m or m == np.inf:
+            continue
+        for j in range(top + 1):
+            if has_vis and not vis[r, j]:
+                continue
+            v = x[r, j]
+            if v == -np.inf or v != v:
+                continue
+            xc = np.float64(np.float32(np.float64(v) - np.float64(m)))
+            acc[0] += 1.0
+            acc[1] += xc
+            acc[2] += xc * xc
+            if xc < acc[3]:
+                acc[3] = xc
+    return acc
+
+
+@njit(cache=True, nogil=True)
+def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
+    """EXAQ softmax of float32 scores ``x`` (N, L): max-centred scores clipped to ``[lo, 0]``,
+    quantised to ``nlev`` levels ``lo + q delta`` (``q = RNE((x - lo) / delta)``), float64
+    softmax rounded to float32; masked keys give 0, rows without a visible key NaN."""
+    N, L = x.shape
+    quant = delta > 0.0 and np.isfinite(delta)
+    xq = np.empty(L, np.float64)
+    for r in range(N):
+        top = min(lim[r], L - 1)
+        m = _row_max(x, r, top, vis, has_vis)
+        if m == -np.inf or m != m or m == np.inf:
+            for j in range(L):
+                out[r, j] = np.nan
+            continue
+        mq = -np.inf
+        for j in range(L):
+            if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
+                xq[j] = -np.inf
+                continue
+            xc = np.float64(np.float32(np.float64(x[r, j]) - np.float64(m)))
+            if xc != xc:
+                xq[j] = np.nan
+                continue
+            xv = min(max(xc, lo), 0.0)
+            if quant:
+                q = np.rint((xv - lo) / delta)
+                q = min(max(q, 0.0), nlev - 1.0)
+                xv = lo + q * delta
+            xq[j] = xv
+            if xv > mq:
+                mq = xv
+        z = 0.0
+        for j in range(L):
+            if xq[j] != -np.inf:
+                z += np.exp(xq[j] - mq)
+        for j in range(L):
+            if xq[j] == -np.inf:
+                out[r, j] = 0.0
+            else:
+                out[r, j] = np.float32(np.exp(xq[j] - mq) / z)
+
+
+@njit(cache=True, nogil=True)
+def _quant_only_rows(sc, lim, vis, has_vis, out):
+    """Float softmax of float32 scores (float64 inside, rounded to float32), then
+    ``P8 = RNE(fp32(127 p))`` into int64 ``out``; masked keys and empty rows give 0."""
+    N, L = sc.shape
+    for r in range(N):
+        top = min(lim[r], L - 1)
+        m = _row_max(sc, r, top, vis, has_vis)
+        if m == -np.inf:
+            for j in range(L):
+                out[r, j] = 0
+            continue
+        z = 0.0
+        for j in range(top + 1):
+            if has_vis and not vis[r, j]:
+                continue
+            z += np.exp(np.float64(sc[r, j]) - m)
+        for j in range(L):
+            if j > top or (has_vis and not vis[r, j]):
+                out[r, j] = 0
+                continue
+            p = np.float32(np.exp(np.float64(sc[r, j]) - m) / z)
+            out[r, j] = np.int64(np.rint(np.float64(np.float32(np.float64(p) * INT8_QMAX))))
+
+
+# --------------------------------------------------------------------------------------------
+# Integer core (public)
+
+
+def _int_logits(s, what: str = "s") -> tuple[np.ndarray, bool]:
+    arr, was_torch = to_numpy(s, what)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(
+            f"{what} has dtype {arr.dtype}; allowed: an integer dtype holding int32 logits "
+            "(int8, int16, int32, uint8, uint16, or int64/uint32 within the int32 range)"
+        )
+    if arr.ndim < 1:
+        raise ValueError(f"{what} must have shape (..., L, S) (at least one dim), got a scalar")
+    if arr.dtype.itemsize >= 4 and arr.dtype != np.int32 and arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < -(2**31) or hi > INT32_MAX:
+            raise ValueError(f"{what} has values in [{lo}, {hi}], outside int32")
+    return np.ascontiguousarray(arr, dtype=np.int32), was_torch
+
+
+def _row_thresholds(c_int, lead: tuple, deploy: bool) -> np.ndarray:
+    """``c_int`` broadcast to one int64 threshold per row (``lead`` = s.shape[:-1])."""
+    if isinstance(c_int, bool):
+        raise TypeError("c_int must be an integer (or an integer array), got bool")
+    arr, _ = to_numpy(c_int, "c_int") if not isinstance(c_int, (int, np.integer)) else \
+        (np.asarray(c_int), False)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(
+            f"c_int has dtype {arr.dtype}; allowed: an int or an integer array (compute it with "
+            "clip_threshold(alpha, c))"
+        )
+    hi = DEPLOY_T_MAX if deploy else INT32_MAX
+    if arr.size and (int(arr.min()) < 1 or int(arr.max()) > hi):
+        raise ValueError(
+            f"c_int must lie in 1..{hi}{' (deploy: float32-exact T)' if deploy else ''}, got "
+            f"values in [{int(arr.min())}, {int(arr.max())}]"
+        )
+    try:
+        full = np.broadcast_to(arr.astype(np.int64), lead)
+    except ValueError:
+        raise ValueError(
+            f"c_int of shape {arr.shape} does not broadcast to the rows of s, {lead} (one "
+            "threshold per row, group or tensor)"
+        ) from None
+    return np.ascontiguousarray(full).reshape(-1)
+
+
+def _user_mask(mask, shape: tuple) -> np.ndarray:
+    arr, _ = to_numpy(mask, "mask")
+    if arr.dtype != np.bool_:
+        raise TypeError(f"mask has dtype {arr.dtype}; allowed: bool (True = the key takes part)")
+    try:
+        full = np.broadcast_to(arr, shape)
+    except ValueError:
+        raise ValueError(f"mask of shape {arr.shape} does not broadcast to s's shape {shape}") \
+            from None
+    return np.ascontiguousarray(full).reshape((-1, shape[-1]) if shape else (1, 1))
+
+
+def _run_core(s2, cint, lim, vis, lut, nb, mode, pmax, deploy, neon_tail, bits):
+    """Run the core kernel on (N, L) int32 logits; returns (P uint8 (N, L), info (N, 8))."""
+    N, L = s2.shape
+    if deploy:
+        uniq, inv = np.unique(cint, return_inverse=True)
+        mults = np.array([_deploy_mult(int(t), nb) for t in uniq], dtype=np.int64)
+        for t, mu in zip(uniq, mults, strict=True):
+            top = (int(t) * int(mu) + DEPLOY_ROUND) >> DEPLOY_SHIFT
+            if int(t) * int(mu) > INT32_MAX or top > nb:
+                raise ValueError(
+                    f"deploy: T = {int(t)} with bits = {bits} overflows the kernel's int32 "
+                    f"index product (T * mult = {int(t) * int(mu)})"
+                )
+        mult = mults[inv.reshape(-1)]
+        tail_from = (L // NEON_LANES) * NEON_LANES if neon_tail else L
+    else:
+        mult = np.zeros(1, dtype=np.int64)
+        tail_from = L
+    has_vis = vis is not None
+    v = vis if has_vis else np.ones((1, 1), dtype=np.bool_)
+    out = np.empty((N, L), dtype=np.uint8)
+    info = np.empty((N, _N_INFO), dtype=np.int64)
+    _index_rows(s2, cint, lim, v, has_vis, lut, nb, mode, pmax, deploy, mult, tail_from, out,
+                info)
+    return out, info
+
+
+def index_softmax(s, c_int, bits: int = BITS_DEFAULT, index_rounding: str = "floor",
+                  mask=None, c: float = C_DEFAULT, *, deploy: bool = False,
+                  neon_tail: bool = False, p_format: str = "uint8",
+                  return_stats: bool = False):
+    """IndexSoftmax on integer logits, rows along the last axis (attention.md 3 steps 1-4).
+
+    Bit-exact integer core of IntAttention: ``D = rowmax - S``, ``D' = min(D, c_int)``
+    (eq. 7, 9), ``idx`` (eq. 11; see ``index_rounding``), ``E = LUT[idx]`` (eq. 12-14,
+    :func:`index_lut`), ``P = RNE(fp32(E * 255) / fp32(rowsum E))`` (eq. 15).  The module
+    docstring gives every rounding, and the ``deploy`` variant (the authors' NEON kernel).
+
+    Args:
+        s: int32 logits ``(..., L, S)`` (any integer dtype within int32; numpy or CPU torch).
+        c_int: the integer clipping threshold (eq. 8; :func:`clip_threshold`), an int in
+            ``1 .. 2**31 - 1`` or an integer array broadcastable to ``s.shape[:-1]`` (one per
+            row; rows of a scale group share theirs, eq. 16-17).  Deploy: the kernel's ``T``,
+            ``1 .. 2**24 - 1``.
+        bits: LUT resolution ``b``, 1..8 (deploy: 1..5).
+        index_rounding: ``"floor"`` (default; the authors' simulation,
+            ``trunc(fp32(nb * D') / fp32(c_int))``) or ``"nearest"`` (eq. 11 as printed:
+            ``nb * D' / c_int`` rounded half to even, exactly).  Ignored when ``deploy``.
+        mask: optional bool array broadcastable to ``s.shape``; True = the key takes part
+            (torch SDPA's convention).  Masked keys are left out of the row max and get
+            ``E = 0``.
+        c: the clipping threshold in natural-log units that built the LUT (default 6.6).
+        deploy: emulate the authors' Arm NEON kernel (Q26 rounding-shift index, uint16 row sum
+            that wraps, 8-bit reciprocal normalisation, early exit at row sum 255).
+        neon_tail: deploy only: the last ``S % 16`` columns truncate in both shifts, as the
+            kernel's scalar tail loop does.
+        p_format: ``"uint8"`` (x255, default) or ``"int8"`` (x127; Table 9's INT8 P; not with
+            ``deploy``).
+        return_stats: also return an :class:`IntAttentionStats` (``uint16_wraps`` in deploy).
+
+    Returns:
+        ``P`` of ``s.shape``: uint8 in [0, 255] (int8 in [0, 127] for ``p_format="int8"``),
+        numpy or torch as ``s``; rows without a visible key are all 0.  With
+        ``return_stats``: ``(P, stats)``.
+
+    Raises:
+        TypeError: non-integer ``s`` or ``c_int``, non-bool ``mask`` or flags.
+        ValueError: logits outside int32, ``c_int`` out of range or not broadcastable, bad
+            ``bits``, ``c``, ``index_rounding``, ``p_format``, a mask that does not broadcast,
+            ``deploy`` with ``p_format="int8"``, ``neon_tail`` without ``deploy``.
+
+    Example:
+        >>> s = np.array([[0, -1000, -6600, 500]], dtype=np.int32)
+        >>> index_softmax(s, 6600)          # idx = 2, 7, 31, 0: E = 167, 57, 0, 255
+        array([[ 89,  30,   0, 136]], dtype=uint8)
+        >>> index_softmax(s, 6600, deploy=True)
+        array([[ 89,  30,   0, 135]], dtype=uint8)
+    """
+    b = _check_bits(bits, 1, 5 if _check_flag(deploy, "deploy") else BITS_MAX)
+    cf = _check_c(c)
+    mode = _MODE_FLOOR if _check_choice(index_rounding, "index_rounding", INDEX_ROUNDINGS) == \
+        "floor" else _MODE_NEAREST
+    pf = _check_choice(p_format, "p_format", P_FORMATS)
+    tail = _check_flag(neon_tail, "neon_tail")
+    _check_flag(return_stats, "return_stats")
+    if deploy and pf != "uint8":
+        raise ValueError("deploy=True models the UINT8 kernel: p_format must be 'uint8'")
+    if tail and not deploy:
+        raise ValueError("neon_tail=True needs deploy=True (it models the NEON kernel's tail)")
+    arr, was_torch = _int_logits(s)
+    shape = arr.shape
+    cint = _row_thresholds(c_int, shape[:-1], deploy)
+    L = shape[-1]
+    s2 = arr.reshape((-1, L)) if arr.size else arr.reshape((int(np.prod(shape[:-1])), L))
+    vis = None if mask is None else _user_mask(mask, shape)
+    lut = index_lut(b, cf).astype(np.int64)
+    lim = np.full(s2.shape[0], L - 1, dtype=np.int64)
+    out, info = _run_core(s2, cint, lim, vis, lut, (1 << b) - 1, mode, P_SCALES[pf], bool(deploy),
+                          tail, b)
+    res = out.reshape(shape)
+    if pf == "int8":
+        res = res.view(np.int8)
+    if was_torch:
+        import torch
+
+        res = torch.from_numpy(res)
+    if not return_stats:
+        return res
+    c_rec = np.asarray(c_int).astype(np.int64).reshape(1, -1)
+    st = _core_stats(info, 1, c_rec)
+    return res, st
+
+
+def _core_stats(info: np.ndarray, B: int, c_rec: np.ndarray, quantized: int = 0,
+                saturated: int = 0, mask_saturated: int = 0) -> IntAttentionStats:
+    per = info.reshape((B, -1, _N_INFO)).sum(axis=1) if info.size else \
+        np.zeros((B, _N_INFO), dtype=np.int64)
+    tot = per.sum(axis=0)
+    return IntAttentionStats(
+        calls=1, rows=int(info.shape[0]), empty_rows=int(tot[_I_EMPTY]),
+        logits=int(tot[_I_VIS]), clipped=int(tot[_I_CLIPPED]), zero_exp=int(tot[_I_ZERO]),
+        quantized=int(quantized), saturated=int(saturated), mask_saturated=int(mask_saturated),
+        uint16_wraps=int(tot[_I_WRAP]), reciprocal_overflows=int(tot[_I_NSOVF]),
+        diff_overflows=int(tot[_I_DOVF]), c_int=[c_rec],
+        head_logits=[per[:, _I_VIS].copy()], head_clipped=[per[:, _I_CLIPPED].copy()],
+        head_wraps=[per[:, _I_WRAP].copy()],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Softmax surrogates on float scores (public)
+
+
+def index_softmax_float(scores, axis: int = -1, *, bits: int = BITS_DEFAULT,
+                        c: float = C_DEFAULT, index_rounding: str = "floor"):
+    """IndexSoftmax on float scores: the ``index_softmax`` softmax surrogate and the softmax of
+    the ``index_softmax_only`` baseline (the authors' ``idx_softmax_fp``).
+
+    Per row, in float32 arithmetic (each step one correctly rounded float32 operation):
+    ``D = min(rowmax - x, c)``, ``idx = trunc(fp32(fp32(D * nb) / fp32(c)))`` (``"nearest"``:
+    the same quotient rounded half to even), clamped to ``nb = 2**bits - 1``; ``E = LUT[idx]``
+    (:func:`index_lut`, integers 0..255); returns ``fp32(E / fp32(rowsum E))``.  The float
+    scores are the logits in natural-log units, so no scale is involved.
+
+    Args:
+        scores: float32/float16/bfloat16/float64 array or CPU tensor (float64 is rounded to
+            float32 first).
+        axis: the softmax axis.
+        bits: LUT resolution (1..8).
+        c: clipping threshold (natural-log units, > 0).
+        index_rounding: ``"floor"`` or ``"nearest"``.
+
+    Returns:
+        float32 probabilities in [0, 1], same shape and kind as ``scores``: the normalised LUT
+        values (not quantised to 8 bits; rows sum to 1 up to float32 rounding).  ``-inf``
+        entries give 0; a row with NaN or ``+inf``, or with every entry ``-inf``, gives NaN.
+
+    Raises:
+        TypeError / ValueError: non-float scores, bad axis, bad ``bits``, ``c`` or
+        ``index_rounding``.
+
+    Example:
+        >>> index_softmax_float(np.array([0.0, 0.0, -100.0], np.float32))
+        array([0.5, 0.5, 0. ], dtype=float32)
+    """
+    b = _check_bits(bits)
+    cf = _check_c(c)
+    mode = _MODE_FLOOR if _check_choice(index_rounding, "index_rounding", INDEX_ROUNDINGS) == \
+        "floor" else _MODE_NEAREST
+    rows, restore = softmax_rows(scores, axis)
+    out = np.empty(rows.shape, dtype=np.float32)
+    lim = np.full(rows.shape[0], rows.shape[1] - 1, dtype=np.int64)
+    _float_index_rows(rows, lim, np.ones((1, 1), np.bool_), False,
+                      index_lut(b, cf).astype(np.int64), (1 << b) - 1, np.float32(cf), mode, out)
+    return restore(out)
+
+
+def exaq_clip(sigma: float, bits: int = EXAQ_BITS_DEFAULT) -> float:
+    """EXAQ's clipping value ``C = a * sigma + b`` (attention.md 3; EXAQ Table 1), with
+    ``(a, b)`` = (-1.66, -1.85), (-1.75, -2.06), (-1.83, -2.27) for 2, 3, 4 bits; a ``C`` that
+    is not finite or not negative is replaced by ``-1e-6`` (the authors' safeguard).
+
+    Example:
+        >>> round(exaq_clip(1.0, 3), 2)
+        -3.81
+    """
+    a, b = EXAQ_AB[_check_exaq_bits(bits)]
+    cval = a * float(sigma) + b
+    if not math.isfinite(cval) or cval >= 0.0:
+        cval = EXAQ_C_FALLBACK
+    return cval
+
+
+def _check_exaq_bits(bits) -> int:
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or int(bits) not in \
+            EXAQ_AB:
+        raise ValueError(f"exaq bits must be one of 2, 3, 4, got {bits!r}")
+    return int(bits)
+
+
+def _exaq_params(acc: np.ndarray, bits: int) -> tuple[float, float, float, float]:
+    """(sigma, C, lo, delta) from the accumulated moments."""
+    n, s1, s2, mn = acc
+    if n == 0:
+        return float("nan"), EXAQ_C_FALLBACK, EXAQ_C_FALLBACK, float("nan")
+    mean = s1 / n
+    sigma = math.sqrt(max(s2 / n - mean * mean, 0.0))
+    cval = exaq_clip(sigma, bits)
+    lo = max(cval, float(mn))
+    delta = (0.0 - lo) / float((1 << bits) - 1)
+    return sigma, cval, lo, delta
+
+
+def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
+    """EXAQ softmax (the ``exaq`` softmax surrogate): clipped ``bits``-bit quantisation of the
+    max-centred scores before a float softmax (attention.md 3; seed section 2.3).
+
+    ``x = fp32(s - rowmax)``; ``sigma`` = population std of every visible finite ``x`` of the
+    whole input (one value per call, as the authors' code; float64 sums); ``C = exaq_clip(sigma,
+    bits)``; ``lo = max(C, min x)``; ``delta = -lo / (2**bits - 1)``; ``x' = lo + delta *
+    clamp(RNE((clamp(x, lo, 0) - lo) / delta), 0, 2**bits - 1)`` (float64); ``softmax(x')``
+    computed in float64 and rounded to float32.  The authors calibrate ``C`` over 25 calls and
+    then freeze the mean; this function is one call of it (the "instantaneous" ``C``).
+
+    Args:
+        scores: float array or CPU tensor (see :func:`index_softmax_float`).
+        axis: the softmax axis.
+        bits: 2, 3 or 4.
+
+    Returns:
+        float32 probabilities, same shape and kind; ``-inf`` entries give 0; rows with no finite
+        entry, or with NaN or ``+inf``, give NaN.
+
+    Example:
+        >>> exaq_softmax(np.array([0.0, -1.0, -2.0, -30.0], np.float32), bits=2)
+        array([3.3333334e-01, 3.3333334e-01, 3.3333334e-01, 4.4887313e-11], dtype=float32)
+    """
+    b = _check_exaq_bits(bits)
+    rows, restore = softmax_rows(scores, axis)
+    lim = np.full(rows.shape[0], rows.shape[1] - 1, dtype=np.int64)
+    dummy = np.ones((1, 1), np.bool_)
+    acc = _exaq_moments(rows, lim, dummy, False, np.array([0.0, 0.0, 0.0, np.inf]))
+    _, _, lo, delta = _exaq_params(acc, b)
+    out = np.empty(rows.shape, dtype=np.float32)
+    _exaq_rows(rows, lim, dummy, False, lo, delta, float(1 << b), out)
+    return restore(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Float pipelines
+
+
+@dataclass
+class _Quantized:
+    """int8 q, k, v of a Problem as exact float64 integers, with per-row/per-head scales."""
+
+    q8: np.ndarray  # (B, Lq, d) float32 (float64 when d > 1040) holding int8 codes
+    k8t: np.ndarray  # (B, d, Lk), same dtype
+    v8: np.ndarray  # (B, Lk, dv) float32
+    sq_row: np.ndarray  # (B, Lq) float32 scale of each query row
+    sk: np.ndarray  # (B,) float32
+    sv: np.ndarray  # (B,) float32
+    groups: int  # scale groups per head along the query axis
+    block: int  # query rows per group (Lq for one group)
+    quantized: int
+    saturated: int
+
+
+def _encode_int8(x: np.ndarray, **kw) -> tuple[np.ndarray, np.ndarray]:
+    qa = _fmt.encode(x, "int8", **kw)
+    return np.asarray(qa.codes), np.asarray(qa.scales, dtype=np.float32)
+
+
+def _saturated(x: np.ndarray, s: np.ndarray) -> int:
+    thr = INT8_ROUND_LIMIT * s.astype(np.float64)  # exact: 127.5 * a float32
+    return int(np.count_nonzero(np.abs(x.astype(np.float64)) > thr))
+
+
+def _quantize(prob: Problem, granularity: str, block: int) -> _Quantized:
+    """Symmetric int8 quantisation of q, k, v (eq. 2-3) at ``granularity``."""
+    for name, a in (("q", prob.q), ("k", prob.k), ("v", prob.v)):
+        if a.size and not np.all(np.isfinite(a)):
+            raise ValueError(
+                f"{name} contains NaN or Inf; the int8 schemes need finite inputs (the scale "
+                "s = max|x| / 127 must be finite)"
+            )
+    B, Lq, d = prob.q.shape
+    if granularity == "per_tensor":
+        kw: dict = {}
+    else:
+        kw = {"granularity": "per_channel", "axis": 0}
+    if granularity == "per_block" and Lq:
+        nblk = -(-Lq // block)
+        qp = np.zeros((B, nblk * block, d), dtype=prob.q.dtype)
+        qp[:, :Lq] = prob.q
+        c8, sb = _encode_int8(qp.reshape((B, nblk, block * d)), granularity="per_token")
+        q8 = c8.reshape((B, nblk * block, d))[:, :Lq]
+        sq_row = np.repeat(sb.reshape((B, nblk)), block, axis=1)[:, :Lq]
+        groups = nblk
+    else:
+        q8, sqs = _encode_int8(prob.q, **kw)
+        sq_row = np.broadcast_to(sqs.reshape((-1, 1)), (B, Lq))
+        groups, block = 1, max(Lq, 1)
+    k8, sks = _encode_int8(prob.k, **kw)
+    v8, svs = _encode_int8(prob.v, **kw)
+    sk = np.broadcast_to(sks.reshape(-1), (B,)).astype(np.float32)
+    sv = np.broadcast_to(svs.reshape(-1), (B,)).astype(np.float32)
+    sq_row = np.ascontiguousarray(sq_row, dtype=np.float32)
+    sat = _saturated(prob.q, sq_row[:, :, None]) + _saturated(prob.k, sk[:, None, None]) + \
+        _saturated(prob.v, sv[:, None, None])
+    # exact integer GEMMs: float32 BLAS while every partial sum stays below 2**24
+    dt = np.float32 if INT8_QMAX * INT8_QMAX * d <= F32_EXACT else np.float64
+    return _Quantized(
+        q8=q8.astype(dt), k8t=np.ascontiguousarray(k8.transpose(0, 2, 1), dt),
+        v8=v8.astype(np.float32), sq_row=sq_row, sk=sk, sv=sv, groups=groups, block=block,
+        quantized=prob.q.size + prob.k.size + prob.v.size, saturated=sat,
+    )
+
+
+def _chunks(B: int, Lq: int, Lk: int):
+    """``(g0, g1, r0, r1)`` steps over (heads, query rows) with about CHUNK_ELEMS logits each."""
+    per = max(1, CHUNK_ELEMS // max(Lk, 1))
+    if per >= Lq:
+        gh = max(1, per // max(Lq, 1))
+        for g0 in range(0, B, gh):
+            yield g0, min(B, g0 + gh), 0, Lq
+    else:
+        for g in range(B):
+            for r0 in range(0, Lq, per):
+                yield g, g + 1, r0, min(Lq, r0 + per)
+
+
+def _chunk_mask(prob: Problem, g0: int, g1: int, r0: int, r1: int):
+    """``(lim (n,) int64, vis (n, Lk) bool or None, add (gh, rows, Lk) float32 or None)`` for
+    the chunk's ``n = gh * rows`` rows: causal limits, additive-mask visibility and the finite
+    additive values (None when all zero)."""
+    gh, rows, Lk = g1 - g0, r1 - r0, prob.Lk
+    i = np.arange(r0, r1, dtype=np.int64)
+    lim1 = i + (Lk - prob.Lq) if prob.causal else np.full(rows, Lk - 1, dtype=np.int64)
+    lim = np.tile(lim1, gh)
+    if prob.mask is None:
+        return lim, None, None
+    rows_idx = np.arange(r0, r1)[None, :]
+    planes = prob.mask[prob.mask_map[g0:g1][:, None], rows_idx]  # (gh, rows, Lk), no full copy
+    vis = planes != -np.inf
+    add = np.where(vis, planes, np.float32(0.0))
+    vis2 = None if vis.all() else np.ascontiguousarray(vis.reshape((-1, Lk)))
+    return lim, vis2, (add if np.any(add) else None)
+
+
+def _pv(P: np.ndarray, v8: np.ndarray, max_row_sum: int) -> np.ndarray:
+    """Exact ``P v8`` (P >= 0 integers, |v8| <= 127): float32 BLAS when every partial sum is
+    below 2**24 (``127 * max_row_sum``), float64 otherwise."""
+    if INT8_QMAX * max_row_sum <= F32_EXACT:
+        return np.matmul(P.astype(np.float32), v8)
+    return np.matmul(P.astype(np.float64), v8.astype(np.float64))
+
+
+def _out_rows(acc: np.ndarray, sv: np.ndarray, pmax: int) -> np.ndarray:
+    """``(acc * s_v) / pmax`` in float64 (acc exact integers), per head ``s_v``."""
+    return (acc.astype(np.float64) * sv.astype(np.float64)[:, None, None]) / float(pmax)
+
+
+def _check_granularity(granularity, block) -> tuple[str, int]:
+    g = _check_choice(granularity, "granularity", GRANULARITIES)
+    return g, check_block(block, "block")
+
+
+def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
+                  c: float = C_DEFAULT, index_rounding: str = "floor",
+                  granularity: str = "per_tensor", block: int = BLOCK_DEFAULT,
+                  deploy: bool = False, neon_tail: bool = False, p_format: str = "uint8"):
+    """Scheme ``intattention`` (module docstring).  Options: ``bits`` (1..8, deploy 1..5),
+    ``c``, ``index_rounding``, ``granularity`` (per_tensor, per_channel, per_block), ``block``
+    (per_block query tokens, default 128), ``deploy``, ``neon_tail``, ``p_format``."""
+    dep = _check_flag(deploy, "deploy")
+    b = _check_bits(bits, 1, 5 if dep else BITS_MAX)
+    cf = _check_c(c)
+    mode = _MODE_FLOOR if _check_choice(index_rounding, "index_rounding", INDEX_ROUNDINGS) == \
+        "floor" else _MODE_NEAREST
+    gran, blk = _check_granularity(granularity, block)
+    pf = _check_choice(p_format, "p_format", P_FORMATS)
+    tail = _check_flag(neon_tail, "neon_tail")
+    if dep and pf != "uint8":
+        raise ValueError("deploy=True models the UINT8 kernel: p_format must be 'uint8'")
+    if tail and not dep:
+        raise ValueError("neon_tail=True needs deploy=True (it models the NEON kernel's tail)")
+    B, Lq, Lk, d = prob.B, prob.Lq, prob.Lk, prob.d
+    if INT8_QMAX * INT8_QMAX * d > LOGIT_LIMIT:
+        raise ValueError(f"head dim d = {d} is too large for int32 logits (d <= 66571)")
+    if prob.scale <= 0:
+        raise ValueError(f"intattention needs scale > 0 (c_int = c / alpha), got {prob.scale}")
+    qz = _quantize(prob, gran, blk)
+    alpha_row = qz.sq_row.astype(np.float64) * qz.sk.astype(np.float64)[:, None] * prob.scale
+    cint_row = clip_threshold(alpha_row, cf, deploy=dep) if alpha_row.size else \
+        np.zeros((B, Lq), dtype=np.int64)
+    cint_row = np.asarray(cint_row, dtype=np.int64).reshape((B, Lq))
+    lut = index_lut(b, cf).astype(np.int64)
+    nb = (1 << b) - 1
+    pmax = P_SCALES[pf]
+    out = np.empty((B, Lq, prob.dv), dtype=np.float32)
+    info_all = np.zeros((B, Lq, _N_INFO), dtype=np.int64)
+    msat = 0
+    for g0, g1, r0, r1 in _chunks(B, Lq, Lk):
+        gh, rows = g1 - g0, r1 - r0
+        S = np.matmul(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1])  # exact integers (< 2**31)
+        lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
+        if add is not None:
+            bias = np.clip(np.rint(add.astype(np.float64) / alpha_row[g0:g1, r0:r1, None]),
+                           -2.0 * LOGIT_LIMIT, 2.0 * LOGIT_LIMIT)
+            S = S + bias
+            sat = np.abs(S) > LOGIT_LIMIT
+            if vis is not None:
+                sat &= vis.reshape(S.shape)
+            msat += int(np.count_nonzero(sat))
+            S = np.clip(S, -LOGIT_LIMIT, LOGIT_LIMIT)
+        s2 = S.astype(np.int32).reshape((gh * rows, Lk))
+        cint = np.ascontiguousarray(cint_row[g0:g1, r0:r1]).reshape(-1)
+        P, info = _run_core(s2, cint, lim, vis, lut, nb, mode, pmax, dep, tail, b)
+        psum = int(info[:, _I_PSUM].max()) if info.size else 0
+        acc = _pv(P.reshape((gh, rows, Lk)), qz.v8[g0:g1], psum)
+        o = _out_rows(acc, qz.sv[g0:g1], pmax)
+        empty = info[:, _I_EMPTY].reshape((gh, rows)) == 1
+        if empty.any():
+            o[empty] = np.nan
+        out[g0:g1, r0:r1] = o
+        info_all[g0:g1, r0:r1] = info.reshape((gh, rows, _N_INFO))
+    if not return_stats:
+        return out, None
+    c_rec = cint_row[:, ::qz.block][:, :qz.groups] if Lq else np.zeros((B, 0), np.int64)
+    st = _core_stats(info_all.reshape((-1, _N_INFO)), B, np.ascontiguousarray(c_rec),
+                     qz.quantized, qz.saturated, msat)
+    return out, st
+
+
+def _float_scores(prob: Problem, g0: int, g1: int, r0: int, r1: int, add) -> np.ndarray:
+    """float32 scores ``fp32(fp64(q . k) * scale) + mask`` of a chunk (the mask added as one
+    float32 addition; masked entries are handled by the visibility arrays)."""
+    q = prob.q[g0:g1, r0:r1].astype(np.float64)
+    k = prob.k[g0:g1].astype(np.float64)
+    sc = (np.matmul(q, k.transpose(0, 2, 1)) * prob.scale).astype(np.float32)
+    if add is not None:
+        sc = sc + add
+    return sc
+
+
+def _float_rows_output(P: np.ndarray, prob: Problem, g0: int, g1: int) -> np.ndarray:
+    return np.matmul(P.astype(np.float64), prob.v[g0:g1].astype(np.float64))
+
+
+def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
+                        c: float = C_DEFAULT, index_rounding: str = "floor"):
+    """Scheme ``index_softmax_only``: float32 scores ``fp32(fp64(q . k) * scale) + mask``,
+    :func:`index_softmax_float`, ``O = P v`` (float64 sums of the float32 ``P``)."""
+    b = _check_bits(bits)
+    cf = _check_c(c)
+    mode = _MODE_FLOOR if _check_choice(index_rounding, "index_rounding", INDEX_ROUNDINGS) == \
+        "floor" else _MODE_NEAREST
+    B, Lq, Lk = prob.B, prob.Lq, prob.Lk
+    lut = index_lut(b, cf).astype(np.int64)
+    out = np.empty((B, Lq, prob.dv), dtype=np.float32)
+    dummy = np.ones((1, 1), np.bool_)
+    empty_rows = 0
+    for g0, g1, r0, r1 in _chunks(B, Lq, Lk):
+        gh, rows = g1 - g0, r1 - r0
+        lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
+        sc = _float_scores(prob, g0, g1, r0, r1, add).reshape((gh * rows, Lk))
+        P = np.empty(sc.shape, dtype=np.float32)
+        _float_index_rows(sc, lim, dummy if vis is None else vis, vis is not None, lut,
+                          (1 << b) - 1, np.float32(cf), mode, P)
+        empty_rows += int(np.count_nonzero(np.isnan(P[:, 0]))) if Lk else 0
+        out[g0:g1, r0:r1] = _float_rows_output(P.reshape((gh, rows, Lk)), prob, g0, g1)
+    if Lk == 0:
+        out.fill(np.nan)
+        empty_rows = B * Lq
+    st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows) if return_stats else None
+    return out, st
+
+
+def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
+    """Scheme ``exaq``: float32 scores as ``index_softmax_only``, ``sigma`` over every visible
+    score of the call (first pass), :func:`exaq_softmax`'s quantisation (second pass)."""
+    b = _check_exaq_bits(bits)
+    B, Lq, Lk = prob.B, prob.Lq, prob.Lk
+    dummy = np.ones((1, 1), np.bool_)
+    acc = np.array([0.0, 0.0, 0.0, np.inf])
+    for g0, g1, r0, r1 in _chunks(B, Lq, Lk):  # pass 1: sigma and min over the whole call
+        lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
+        sc = _float_scores(prob, g0, g1, r0, r1, add).reshape((-1, Lk))
+        _exaq_moments(sc, lim, dummy if vis is None else vis, vis is not None, acc)
+    sigma, cval, lo, delta = _exaq_params(acc, b)
+    out = np.empty((B, Lq, prob.dv), dtype=np.float32)
+    empty_rows = 0
+    for g0, g1, r0, r1 in _chunks(B, Lq, Lk):  # pass 2: quantise and normalise
+        gh, rows = g1 - g0, r1 - r0
+        lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
+        sc = _float_scores(prob, g0, g1, r0, r1, add).reshape((gh * rows, Lk))
+        P = np.empty(sc.shape, dtype=np.float32)
+        _exaq_rows(sc, lim, dummy if vis is None else vis, vis is not None, lo, delta,
+                   float(1 << b), P)
+        empty_rows += int(np.count_nonzero(np.isnan(P[:, 0]))) if Lk else 0
+        out[g0:g1, r0:r1] = _float_rows_output(P.reshape((gh, rows, Lk)), prob, g0, g1)
+    if Lk == 0:
+        out.fill(np.nan)
+        empty_rows = B * Lq
+    st = None
+    if return_stats:
+        st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows,
+                               logits=int(acc[0]), exaq_clip=[[sigma, cval, lo]])
+    return out, st
+
+
+def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tensor",
+                block: int = BLOCK_DEFAULT):
+    """Scheme ``quant_only`` (module docstring); ``granularity`` and ``block`` as
+    ``intattention``."""
+    gran, blk = _check_granularity(granularity, block)
+    B, Lq, Lk, d = prob.B, prob.Lq, prob.Lk, prob.d
+    if INT8_QMAX * INT8_QMAX * d > LOGIT_LIMIT:
+        raise ValueError(f"head dim d = {d} is too large for int32 logits (d <= 66571)")
+    qz = _quantize(prob, gran, blk)
+    scale32 = np.float32(prob.scale)
+    out = np.empty((B, Lq, prob.dv), dtype=np.float32)
+    dummy = np.ones((1, 1), np.bool_)
+    empty_rows = 0
+    for g0, g1, r0, r1 in _chunks(B, Lq, Lk):
+        gh, rows = g1 - g0, r1 - r0
+        S = np.matmul(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1]).astype(np.float32)
+        sc = ((S * scale32) * qz.sq_row[g0:g1, r0:r1, None]) * qz.sk[g0:g1, None, None]
+        lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
+        if add is not None:
+            sc = sc + add
+        sc2 = np.ascontiguousarray(sc, dtype=np.float32).reshape((gh * rows, Lk))
+        P8 = np.empty(sc2.shape, dtype=np.int64)
+        _quant_only_rows(sc2, lim, dummy if vis is None else vis, vis is not None, P8)
+        psum = int(P8.sum(axis=1).max()) if P8.size else 0
+        acc = _pv(P8.reshape((gh, rows, Lk)), qz.v8[g0:g1], psum)
+        o = _out_rows(acc, qz.sv[g0:g1], INT8_QMAX)
+        nov = _no_visible(lim, vis, Lk).reshape((gh, rows))
+        if nov.any():
+            o[nov] = np.nan
+            empty_rows += int(nov.sum())
+        out[g0:g1, r0:r1] = o
+    st = None
+    if return_stats:
+        st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows,
+                               quantized=qz.quantized, saturated=qz.saturated)
+    return out, st
+
+
+def _no_visible(lim: np.ndarray, vis, Lk: int) -> np.ndarray:
+    """Rows of a chunk that see no key."""
+    if Lk == 0:
+        return np.ones(lim.shape, dtype=bool)
+    if vis is None:
+        return lim < 0
+    cols = np.arange(Lk)[None, :]
+    return ~np.any(vis & (cols <= lim[:, None]), axis=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Softmax-surrogate front ends and registration
+
+
+def _softmax_index(scores, axis, **opts):
+    return index_softmax_float(scores, axis, **opts)
+
+
+def _softmax_exaq(scores, axis, **opts):
+    return exaq_softmax(scores, axis, **opts)
+
+
+register(Scheme(
+    "intattention",
+    "IntAttention: int8 q/k/v, int32 logits, IndexSoftmax LUT (b=5, c=6.6), UINT8 P",
+    _intattention,
+    options=("bits", "c", "index_rounding", "granularity", "block", "deploy", "neon_tail",
+             "p_format"),
+))
+register(Scheme(
+    "quant_only",
+    "IntAttention baseline: int8 q/k/v, float32 softmax, P = RNE(127 p) as int8",
+    _quant_only, options=("granularity", "block"),
+))
+register(Scheme(
+    "index_softmax_only",
+    "IntAttention baseline: float32 scores with the IndexSoftmax LUT softmax",
+    _index_softmax_only, options=("bits", "c", "index_rounding"),
+))
+register(Scheme(
+    "exaq",
+    "EXAQ: 2/3/4-bit clipped quantisation of the max-centred scores (C = a sigma + b)",
+    _exaq, options=("bits",),
+))
+register(Scheme("index_softmax", "IndexSoftmax LUT softmax on float scores (b=5, c=6.6)",
+                _softmax_index, options=("bits", "c", "index_rounding"), kind="softmax"))
+register(Scheme("exaq", "EXAQ clipped low-bit exponent quantisation softmax (bits 2/3/4)",
+                _softmax_exaq, options=("bits",), kind="softmax"))
+
+__all__ = [
+    "index_softmax", "index_lut", "clip_threshold", "deploy_multiplier", "index_softmax_float",
+    "exaq_softmax", "exaq_clip", "IntAttentionStats", "BITS_DEFAULT", "C_DEFAULT",
+    "BLOCK_DEFAULT", "GRANULARITIES", "INDEX_ROUNDINGS", "P_FORMATS", "EXAQ_AB",
+]
+
+from ..formats._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)

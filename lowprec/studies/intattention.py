@@ -1,0 +1,244 @@
+"""IntAttention studies: UINT8 vs INT8 probabilities (Table 9) and the (b, c) sweep (Figure 9).
+
+Two experiments of the IntAttention paper (``../shared/seeds/intattention.txt``, specs/attention.md
+sections 3 and 10), on synthetic inputs instead of the paper's models:
+
+* :func:`table9` - the probability matrix quantised as UINT8 (``x255``, the paper's choice) or
+  INT8 (``x127``), compared with float64 attention by cosine similarity, relative L1 and RMSE,
+  both on ``P`` itself (``P / 255`` or ``P / 127`` against the exact softmax of the float
+  scores) and on the attention output.  The paper's claim: UINT8 is better on every metric.
+* :func:`figure9` - relative error of the ``intattention`` output against float64 attention over
+  a grid of LUT resolutions ``b`` and clipping thresholds ``c``.  The paper's claim (measured
+  with perplexity / top-1 accuracy): a plateau for ``b >= 4`` and ``c`` in ``[5.5, 7.7]``, with
+  a ridge near ``c = 6.6``.
+
+Workloads (:func:`workload`): ``random`` (q, k, v standard normal: score std about 1, nearly
+flat attention) and ``structured`` (score std about ``spread`` = 3 and an attention sink at key
+0: peaked rows with long tails, closer to trained models).
+
+Both studies return plain data (dicts of lists / numpy arrays); ``format_*`` turn them into the
+printed tables, ``print_*`` print them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..formats import api as _fmt
+from ..kernels import attention
+from ..kernels import intattention as _ia
+
+#: Table 9 of the paper (P quantisation formats against the FP16 baseline).
+PAPER_TABLE9 = {
+    "int8": {"cos": 0.996612, "rel_l1": 0.07739742, "rmse": 0.0023912},
+    "uint8": {"cos": 0.999081, "rel_l1": 0.04097954, "rmse": 0.0012436},
+}
+#: Figure 9 of the paper: the high-fidelity plateau.
+PAPER_FIGURE9 = {"bits_min": 4, "c_range": (5.5, 7.7), "ridge_c": 6.6}
+WORKLOADS = ("random", "structured")
+FIG9_BITS = tuple(range(2, 9))
+FIG9_C = tuple(float(c) for c in np.arange(3.0, 10.01, 0.5))
+NEAR_OPT_TOL = 0.10  # "near optimal" cells: error within 10 % of the grid's best (deep green)
+PLATEAU_TOL = 0.50  # "plateau" cells: error within 50 % of the best (green to intermediate)
+
+
+def workload(name: str, heads: int = 8, L: int = 256, d: int = 64, *, spread: float = 3.0,
+             seed: int = 0):
+    """Synthetic attention inputs ``(q, k, v)``, float32 ``(heads, L, d)``.
+
+    Args:
+        name: ``"random"`` (standard normal q, k, v) or ``"structured"`` (q and k scaled so that
+            the scores have std about ``spread``, plus an attention sink: key 0 aligned with the
+            mean query).
+        heads, L, d: shape.
+        spread: score standard deviation of ``structured``.
+        seed: random seed.
+
+    Raises:
+        ValueError: unknown ``name``.
+    """
+    if name not in WORKLOADS:
+        raise ValueError(f"workload {name!r} is not one of {', '.join(WORKLOADS)}")
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((heads, L, d))
+    k = rng.standard_normal((heads, L, d))
+    v = rng.standard_normal((heads, L, d))
+    if name == "structured":
+        k[:, 0] += 2.0 * q.mean(axis=1)  # an attention sink
+        q *= math.sqrt(spread)
+        k *= math.sqrt(spread)
+    return q.astype(np.float32), k.astype(np.float32), v.astype(np.float32)
+
+
+def metrics(x, want) -> dict:
+    """Cosine similarity, relative L1, RMSE and relative L2 of ``x`` against ``want``
+    (flattened, float64)."""
+    a = np.asarray(x, dtype=np.float64).reshape(-1)
+    b = np.asarray(want, dtype=np.float64).reshape(-1)
+    diff = a - b
+    return {
+        "cos": float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))),
+        "rel_l1": float(np.abs(diff).sum() / np.abs(b).sum()),
+        "rmse": float(np.sqrt(np.mean(diff * diff))),
+        "rel_l2": float(np.linalg.norm(diff) / np.linalg.norm(b)),
+    }
+
+
+def _exact_softmax(q, k, scale):
+    s = np.einsum("hqd,hkd->hqk", q.astype(np.float64), k.astype(np.float64)) * scale
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _int_probs(q, k, scale, p_format, bits=_ia.BITS_DEFAULT, c=_ia.C_DEFAULT):
+    """P of the per-tensor IntAttention pipeline, as probabilities (``P / 255`` or ``/ 127``)."""
+    qa = _fmt.encode(q, "int8")
+    ka = _fmt.encode(k, "int8")
+    q8 = np.asarray(qa.codes).astype(np.float64)
+    k8 = np.asarray(ka.codes).astype(np.float64)
+    s = np.einsum("hqd,hkd->hqk", q8, k8).astype(np.int32)
+    alpha = float(np.asarray(qa.scales).reshape(-1)[0]) * \
+        float(np.asarray(ka.scales).reshape(-1)[0]) * scale
+    cint = _ia.clip_threshold(alpha, c)
+    p = _ia.index_softmax(s, cint, bits=bits, c=c, p_format=p_format)
+    return p.astype(np.float64) / _ia.P_SCALES[p_format]
+
+
+def table9(workloads=WORKLOADS, *, heads: int = 8, L: int = 256, d: int = 64,
+           seed: int = 0) -> dict:
+    """Table 9: UINT8 (x255) against INT8 (x127) probabilities in the IntAttention pipeline.
+
+    For each workload, both P formats are compared with float64 attention: on the probability
+    matrix (``metrics(P / pmax, softmax)``) and on the attention output
+    (``lp.attention(..., "intattention", p_format=...)`` against ``"reference"``).
+
+    Returns:
+        ``{workload: {"P": {fmt: metrics}, "out": {fmt: metrics}}}`` with ``fmt`` in
+        ``uint8``, ``int8`` and metrics as :func:`metrics`.
+
+    Example:
+        >>> print_table9(table9(heads=2, L=128))
+    """
+    res = {}
+    for name in workloads:
+        q, k, v = workload(name, heads, L, d, seed=seed)
+        scale = 1.0 / math.sqrt(d)
+        sm = _exact_softmax(q, k, scale)
+        ref = attention(q, k, v, "reference").astype(np.float64)
+        res[name] = {"P": {}, "out": {}}
+        for fmt in ("uint8", "int8"):
+            res[name]["P"][fmt] = metrics(_int_probs(q, k, scale, fmt), sm)
+            out = attention(q, k, v, "intattention", p_format=fmt)
+            res[name]["out"][fmt] = metrics(out, ref)
+    return res
+
+
+def format_table9(res: dict) -> str:
+    """Table 9 as text: ours per workload and level (P, output) next to the paper's row."""
+    lines = ["Table 9 (P quantisation): ours vs paper (paper: against FP16, on a model)",
+             f"{'workload':<11}{'level':<6}{'format':<7}{'CosSim':>10}{'RelL1':>10}{'RMSE':>11}"
+             f"{'UINT8 better':>14}"]
+    for name, r in res.items():
+        for level in ("P", "out"):
+            u, i = r[level]["uint8"], r[level]["int8"]
+            better = u["cos"] > i["cos"] and u["rel_l1"] < i["rel_l1"] and u["rmse"] < i["rmse"]
+            for fmt in ("int8", "uint8"):
+                m = r[level][fmt]
+                flag = ("yes" if better else "NO") if fmt == "uint8" else ""
+                lines.append(f"{name:<11}{level:<6}{fmt.upper():<7}{m['cos']:>10.6f}"
+                             f"{m['rel_l1']:>10.5f}{m['rmse']:>11.3e}{flag:>14}")
+    for fmt in ("int8", "uint8"):
+        m = PAPER_TABLE9[fmt]
+        lines.append(f"{'paper':<11}{'':<6}{fmt.upper():<7}{m['cos']:>10.6f}{m['rel_l1']:>10.5f}"
+                     f"{m['rmse']:>11.3e}{'yes' if fmt == 'uint8' else '':>14}")
+    return "\n".join(lines)
+
+
+def print_table9(res: dict) -> None:
+    """Print :func:`format_table9`."""
+    print(format_table9(res))
+
+
+def figure9(bits=FIG9_BITS, cs=FIG9_C, *, workload_name: str = "structured", heads: int = 4,
+            L: int = 256, d: int = 64, causal: bool = False, seed: int = 0) -> dict:
+    """Figure 9: ``intattention`` output error against float64 attention over a (b, c) grid.
+
+    Args:
+        bits: LUT resolutions ``b`` (rows of the grid).
+        cs: clipping thresholds ``c`` (columns).
+        workload_name: ``"random"`` or ``"structured"`` (:func:`workload`).
+        heads, L, d, causal, seed: the input.
+
+    Returns:
+        ``{"bits": [...], "c": [...], "rel_l2": (nb, nc) array, "cos": (nb, nc) array,
+        "quant_only": metrics of the ``quant_only`` baseline on the same input,
+        "near_opt": (nb, nc) bool array (error within ``NEAR_OPT_TOL`` = 10 % of the grid's
+        best), "plateau": the same within ``PLATEAU_TOL`` = 50 %,
+        "best": (b, c) of the smallest error, "best_c": {b: c minimising the error}}``.
+
+    Example:
+        >>> print_figure9(figure9(bits=(3, 5), cs=(4.0, 6.6), heads=1, L=64))
+    """
+    q, k, v = workload(workload_name, heads, L, d, seed=seed)
+    ref = attention(q, k, v, "reference", causal=causal).astype(np.float64)
+    bits = [int(b) for b in bits]
+    cs = [float(c) for c in cs]
+    err = np.zeros((len(bits), len(cs)))
+    cos = np.zeros_like(err)
+    for i, b in enumerate(bits):
+        for j, c in enumerate(cs):
+            m = metrics(attention(q, k, v, "intattention", causal=causal, bits=b, c=c), ref)
+            err[i, j] = m["rel_l2"]
+            cos[i, j] = m["cos"]
+    qo = metrics(attention(q, k, v, "quant_only", causal=causal), ref)
+    best = np.unravel_index(np.argmin(err), err.shape)
+    return {
+        "bits": bits, "c": cs, "rel_l2": err, "cos": cos, "quant_only": qo,
+        "near_opt": err <= (1.0 + NEAR_OPT_TOL) * err.min(),
+        "plateau": err <= (1.0 + PLATEAU_TOL) * err.min(),
+        "best": (bits[best[0]], cs[best[1]]),
+        "best_c": {b: cs[int(np.argmin(err[i]))] for i, b in enumerate(bits)},
+        "workload": workload_name,
+    }
+
+
+def _region(bits, cs, mask) -> str:
+    on = [(bits[i], cs[j]) for i, j in zip(*np.nonzero(mask), strict=True)]
+    rows = {}
+    for b, c in on:
+        rows.setdefault(b, []).append(c)
+    return "; ".join(f"b={b}: c in [{min(v)}, {max(v)}]" for b, v in sorted(rows.items()))
+
+
+def format_figure9(res: dict) -> str:
+    """Figure 9 as a text grid (relative L2 error in %; ``*`` within 10 % of the best, ``+``
+    within 50 %) with the paper's claim and ours."""
+    cs, bits, err = res["c"], res["bits"], res["rel_l2"]
+    near, plat = res["near_opt"], res["plateau"]
+    lines = [f"Figure 9 ({res['workload']}): intattention rel. L2 error (%) vs float64; "
+             f"* = within {NEAR_OPT_TOL:.0%} of the best, + = within {PLATEAU_TOL:.0%}",
+             "b \\ c " + "".join(f"{c:>7.1f}" for c in cs)]
+    for i, b in enumerate(bits):
+        row = "".join(f"{100 * err[i, j]:>6.2f}"
+                      f"{'*' if near[i, j] else '+' if plat[i, j] else ' '}"
+                      for j in range(len(cs)))
+        lines.append(f"{b:>5} " + row)
+    lines.append(f"quant_only on the same input: {100 * res['quant_only']['rel_l2']:.2f} %")
+    lines.append(f"ours:  best (b, c) = {res['best']}; best c per b: {res['best_c']}")
+    lines.append(f"       within 50 %: {_region(bits, cs, plat)}")
+    lines.append(f"       within 10 %: {_region(bits, cs, near)}")
+    p = PAPER_FIGURE9
+    lines.append(f"paper: plateau b >= {p['bits_min']}, c in [{p['c_range'][0]}, "
+                 f"{p['c_range'][1]}], ridge near c = {p['ridge_c']} (task metrics: PPL, top-1)")
+    return "\n".join(lines)
+
+
+def print_figure9(res: dict) -> None:
+    """Print :func:`format_figure9`."""
+    print(format_figure9(res))
+
+
+__all__ = ["table9", "format_table9", "print_table9", "figure9", "format_figure9",
+           "print_figure9", "workload", "metrics", "PAPER_TABLE9", "PAPER_FIGURE9"]
