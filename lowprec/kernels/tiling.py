@@ -265,7 +265,8 @@ def softmax_rows(scores, axis: int = -1, what: str = "scores"):
         raise ValueError(f"axis {axis} is out of range for {what} with {arr.ndim} dims")
     moved = np.moveaxis(arr, axis, -1)
     shape = moved.shape
-    rows = np.ascontiguousarray(moved, dtype=np.float32).reshape((-1, shape[-1]))
+    n = int(np.prod(shape[:-1], dtype=np.int64))
+    rows = np.ascontiguousarray(moved, dtype=np.float32).reshape((n, shape[-1]))
 
     def restore(res: np.ndarray):
         res = np.moveaxis(np.asarray(res).reshape(shape), -1, axis)

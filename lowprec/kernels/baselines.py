@@ -1,0 +1,930 @@
+"""Integer softmax baselines: I-ViT Shiftmax and I-BERT i-exp (specs/attention.md section 7).
+
+Both papers replace ``exp`` by shifts (and, for I-BERT, a second-order polynomial) on integer
+logits ``x_int`` with a float scale ``s`` (the logit is ``x_int * s``), and normalise with one
+integer reciprocal per row.  The authors run them as float32 tensors that hold integers; this
+module reproduces that float32 evaluation order by default and offers an exact integer
+evaluation (``exact=True``).
+
+I-ViT Shiftmax (:func:`ivit_shiftmax`, ``n = 15``), per row::
+
+    x = x/s - rowmax                        x = x + floor(x/2) - floor(x/16)   (~ x * log2 e)
+    x0 = floor(-1/s)                         x = max(x, n * x0)
+    q = floor(x / x0)                        r = x - x0 q
+    e = max(floor((r/2 - x0) * 2**(n - q)), 0)
+    Z = min(sum e, 2**31 - 1)                f = floor(2**31 / Z)
+    y = floor(e f / 2**(32 - out_bits))      (probability = y * 2**-(out_bits - 1))
+
+I-BERT i-exp softmax (:func:`ibert_softmax`, ``n = 30``, ``x0 = -0.6931``), per row::
+
+    x = x/s - rowmax                         x0i = floor(x0 / s)      x = max(x, n x0i)
+    q = floor(x / x0i)                       r = x - x0i q
+    bi = floor(b / s), ci = floor(c / s**2)  (a, b, c = 0.35815147, 0.96963238/a, 1/a)
+    z = r (r + bi) + ci                      e = max(floor(z * 2**(n - q)), 0)
+    s_e = a s**2 / 2**n                      s16 = max(e) s_e / 32767   (range of the tensor)
+    m, k = frexp(s_e / s16)  (float64; m31 = round_half_up(m * 2**31), shift = 31 - k)
+    e16 = clamp(RNE(e * m31 / 2**shift), -32768, 32767)
+    f = floor(2**32 / sum e16)               y = floor(e16 f / 2**(32 - out_bits))
+                                             (probability = y * 2**-out_bits)
+
+Float32 evaluation order (default, ``exact=False``): every arithmetic step above is one
+correctly rounded float32 operation, in the order written, as the published PyTorch code
+computes it: ``x / s`` is a float32 division; ``x0 / s`` and ``b / s`` are the float32
+reciprocal ``fl(1/s)`` times the constant rounded to float32 (``Tensor.__rtruediv__``); ``s**2``
+is ``fl(s * s)``; ``c / s**2`` is ``fl(fl(1 / fl(s*s)) * fl(c))``; ``n * x0`` and the products
+``x0 * q``, ``r (r + bi)``, ``e * f`` are float32 products; powers of two are exact.  The row sums
+are float32 sums taken left to right (torch's reduction order is not specified; ours is
+sequential).  I-ViT's clamp ``min(Z, 2**31 - 1)`` is ``min(Z, 2**31)`` in float32 (2**31 - 1
+rounds to 2**31), and ``2**31 / Z`` is ``fl(fl(1/Z) * 2**31) = fl(2**31 / Z)``.  I-BERT's
+16-bit requantisation follows the spec's model: ``s_e = fl(fl(a) * fl(s*s)) / 2**30``,
+``s16 = fl(fl(max(e) * s_e) / 32767)``, ``m31`` and ``shift`` from ``math.frexp`` of the float64
+ratio ``s_e / s16``, ``e16 = RNE(fl64(e * m31) / 2**shift)``; the code's round trip
+``fl(fl(e16 * s16) / s16)`` (identity up to an ulp) is not modelled.
+
+Exact integer evaluation (``exact=True``): ``x_int = RNE(x / s)`` (float64 quotient; it must fit
+int32), the constants ``x0i = floor(x0 / s)``, ``bi``, ``ci`` (and I-ViT's ``x0 = floor(-1/s)``)
+are exact floors of the real quotients of the float64 constants by the float32 ``s``
+(``fractions.Fraction``), every other step is an exact integer operation (``floor(x/2)`` is an
+arithmetic shift, ``floor`` of the half-integer ``(r/2 - x0) 2**(n-q)`` is exact), ``Z`` is
+exact (I-ViT: clamped to ``2**31 - 1``).  I-BERT's multiplier comes from the float64 ratio
+``32767 / max(e)`` (``max(e)`` evaluated in float64) and ``e16 = RNE(z m31 / 2**(shift - n + q))``
+is computed exactly with a 93-bit product.  The two evaluations agree except in rare entries:
+float32 rounding of large ``e``, and ``fl(x / s)`` landing just below an integer, which moves
+a floor; with fine scales (s <= 0.05, int8 logits) under 1 % of the entries differ, by one
+unit; with a coarse scale (s = 0.3) about 2 % differ, by up to several units.
+
+Masking: entries where ``mask`` is False or ``x`` is ``-inf`` take no part (they give 0 and are
+left out of the max and the sums).  The published code has no mask argument: a ``-inf`` logit
+there is clamped to the floor ``n * x0`` and gets a small non-zero probability; ours gives 0.
+A row with no visible entry, or with NaN or ``+inf`` among its visible entries, gives NaN.
+
+Attention schemes ``ivit`` and ``ibert`` (like ``quant_only`` of section 3): q, k, v per-tensor
+symmetric int8 (``s = max|x| / 127``, RNE, ``[-127, 127]``), ``S = q8 k8^T`` exact int32, the
+surrogate on ``x = fl32(S * s_in)`` with input scale ``s_in = fl32(s_q s_k scale)`` (so ``x``
+holds the integer logit times its scale, exactly while ``|S| < 2**29``; a finite additive mask
+is added in float64 before that one rounding: ``fl32(S s_in + mask)``), ``P = y`` (integer),
+``O = P v8`` exact int32, output ``O * s_v * 2**-(out_bits - 1)`` (I-ViT) or
+``O * s_v * 2**-out_bits`` (I-BERT).
+
+Option ``logit_bits``: requantise the logits per tensor to that many bits first
+(``s_x = max|logit| / (2**(b-1) - 1)``, RNE, clamped), as I-ViT's model does with its 8-bit
+``QuantAct`` before the softmax.  The default (None) feeds the int32 logits directly, so ``s_in``
+is small and the constants (``x0 = floor(-1/s)``, I-ViT's sum clamp at 2**31) are those of a
+fine logit scale: I-ViT's ``e`` reaches ``|x0| 2**15`` and the row sum then often exceeds
+``2**31 - 1`` (counted as ``sum_clamped``; such rows sum to ``Z / 2**31 > 1``).  I-ViT's DeiT
+models use ``logit_bits=8`` and ``out_bits=16``.
+
+Softmax surrogates ``ivit`` and ``ibert`` (``lp.softmax``): the scores are first quantised to
+integers ``x_int = RNE(scores / scale)`` (``scale=None``: per-tensor int8, ``max|scores| / 127``,
+clamped to [-127, 127]); the result is ``y * 2**-(out_bits - 1)`` (I-ViT) or ``y * 2**-out_bits``
+(I-BERT) as float32 (rows do not sum to 1 exactly).
+
+Statistics: :class:`BaselineStats` (rows, empty and NaN rows, entries clamped at the exponent
+floor, I-ViT sums clamped at 2**31 - 1, I-BERT 16-bit requantisation clamps, visible entries
+whose output is 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+from numba import njit
+
+from ..formats import api as _fmt
+from ..formats._arrays import to_numpy
+from ..stats import Stats
+from . import Scheme, register
+from .tiling import Problem, softmax_rows
+
+# --------------------------------------------------------------------------------------------
+# Constants (specs/attention.md section 7)
+
+IVIT_N = 15  # I-ViT shift exponent n ("sufficiently large integer")
+IBERT_N = 30  # I-BERT shift exponent n
+IBERT_X0 = -0.6931  # I-BERT x0 = -ln 2 (as written in the paper's code)
+IBERT_A = 0.35815147  # I-BERT polynomial a (a (x + b)**2 + c approximates exp on [-ln2, 0])
+IBERT_B = 0.96963238 / IBERT_A  # b, float64 as the code computes it
+IBERT_C = 1.0 / IBERT_A  # c, float64 as the code computes it
+IVIT_SUM_MAX = 2**31 - 1  # I-ViT clamps the row sum to the int32 range
+IBERT_E16_MAX = 32767  # I-BERT requantises e to 16 bits
+IBERT_E16_MIN = -32768
+IBERT_M_BITS = 31  # mantissa bits of the fixed-point multiplier (batch_frexp max_bit)
+IBERT_F_BITS = 32  # I-BERT normalises with floor(2**32 / sum)
+IVIT_F_BITS = 31  # I-ViT normalises with floor(2**31 / sum)
+OUT_BITS_MIN = 2
+OUT_BITS_MAX = 16
+SCALE_MIN = 2.0**-40  # smallest input scale accepted (keeps every constant finite and normal)
+EXACT_X_MAX = 2**31  # exact mode: |x / s| must fit int32
+IBERT_EXACT_C_MAX = 2**61  # exact mode: ci must stay below this (int64 polynomial)
+INT8_QMAX = 127  # symmetric int8 range [-127, 127]
+GEMM_EXACT_MAX = 2**31 - 1  # int32 accumulators of q8 k8^T and P v8
+
+# count slots of the kernels (BaselineStats)
+_C_EMPTY, _C_NAN, _C_FLOOR, _C_SUM, _C_REQ, _C_ZERO = range(6)
+_NCOUNT = 6
+
+
+@dataclass
+class BaselineStats(Stats):
+    """Counts of the I-ViT / I-BERT integer softmax (specs/attention.md sections 7 and 8).
+
+    Attributes:
+        calls: softmax evaluations merged.
+        rows: rows processed.
+        empty_rows: rows with no visible entry (NaN output).
+        nan_rows: rows with NaN or ``+inf`` among their visible entries (NaN output).
+        floor_clamped: visible entries clamped to the exponent floor ``n * x0`` (their exp
+            underflows to the floor value ``2**-n``).
+        sum_clamped: I-ViT rows whose sum of ``e`` reached ``2**31 - 1`` and was clamped
+            (then ``f = 1`` and the row's probabilities sum to about ``Z / 2**31 > 1``).
+        requant_clamped: I-BERT entries whose 16-bit requantisation clamped.
+        zero_outputs: visible entries whose output ``y`` is 0 (probability underflow).
+    """
+
+    calls: int = 0
+    rows: int = 0
+    empty_rows: int = 0
+    nan_rows: int = 0
+    floor_clamped: int = 0
+    sum_clamped: int = 0
+    requant_clamped: int = 0
+    zero_outputs: int = 0
+
+    def merge(self, other: BaselineStats) -> BaselineStats:
+        return BaselineStats(*(getattr(self, f) + getattr(other, f) for f in _STAT_FIELDS))
+
+
+_STAT_FIELDS = ("calls", "rows", "empty_rows", "nan_rows", "floor_clamped", "sum_clamped",
+                "requant_clamped", "zero_outputs")
+
+
+def _stats_from(counts: np.ndarray, rows: int) -> BaselineStats:
+    c = [int(v) for v in counts]
+    return BaselineStats(calls=1, rows=rows, empty_rows=c[_C_EMPTY], nan_rows=c[_C_NAN],
+                         floor_clamped=c[_C_FLOOR], sum_clamped=c[_C_SUM],
+                         requant_clamped=c[_C_REQ], zero_outputs=c[_C_ZERO])
+
+
+# --------------------------------------------------------------------------------------------
+# float32 arithmetic: each helper is one correctly rounded float32 operation (computed in
+# float64 and rounded once: exact for +, -, *, / since 53 >= 2 * 24 + 2).
+
+
+@njit(inline="always", cache=True)
+def _add(a, b):
+    return np.float32(np.float64(a) + np.float64(b))
+
+
+@njit(inline="always", cache=True)
+def _sub(a, b):
+    return np.float32(np.float64(a) - np.float64(b))
+
+
+@njit(inline="always", cache=True)
+def _mul(a, b):
+    return np.float32(np.float64(a) * np.float64(b))
+
+
+@njit(inline="always", cache=True)
+def _div(a, b):
+    return np.float32(np.float64(a) / np.float64(b))
+
+
+@njit(inline="always", cache=True)
+def _floor(a):
+    return np.float32(np.floor(np.float64(a)))
+
+
+@njit(inline="always", cache=True)
+def _visible(x, vis, use_vis, r, j):
+    if use_vis and not vis[r, j]:
+        return False
+    return x[r, j] != -np.inf
+
+
+@njit(inline="always", cache=True)
+def _row_scan_f32(x, vis, use_vis, r, s, xi, used):
+    """float32 ``x / s`` of the visible entries of row r into xi; returns (count, max, bad)."""
+    L = x.shape[1]
+    cnt = 0
+    bad = False
+    m = np.float32(-np.inf)
+    for j in range(L):
+        u = _visible(x, vis, use_vis, r, j)
+        used[j] = u
+        if not u:
+            continue
+        v = x[r, j]
+        if not v < np.inf:  # NaN or +inf
+            bad = True
+        t = _div(v, s)
+        xi[j] = t
+        if t > m:
+            m = t
+        cnt += 1
+    return cnt, m, bad
+
+
+@njit(inline="always", cache=True)
+def _row_scan_exact(x, vis, use_vis, r, s, xi, used):
+    """Exact ``RNE(x / s)`` of the visible entries of row r; returns (count, max, bad)."""
+    L = x.shape[1]
+    cnt = 0
+    bad = False
+    m = np.int64(-(2**62))
+    for j in range(L):
+        u = _visible(x, vis, use_vis, r, j)
+        used[j] = u
+        if not u:
+            continue
+        v = np.float64(x[r, j])
+        if not v < np.inf:
+            bad = True
+            xi[j] = 0
+            cnt += 1
+            continue
+        t = np.int64(np.rint(v / s))
+        xi[j] = t
+        if t > m:
+            m = t
+        cnt += 1
+    return cnt, m, bad
+
+
+# --------------------------------------------------------------------------------------------
+# I-ViT Shiftmax kernels
+
+
+@njit(cache=True, nogil=True)
+def _ivit_f32(x, vis, s, x0, nx0, n, out_bits, y, counts):
+    R, L = x.shape
+    use_vis = vis.shape[0] > 0
+    xi = np.empty(L, np.float32)
+    e = np.empty(L, np.float32)
+    used = np.empty(L, np.bool_)
+    two31 = np.float32(2.0**31)
+    out_div = np.float32(2.0 ** (32 - out_bits))
+    half = np.float32(0.5)
+    sixteenth = np.float32(0.0625)
+    for r in range(R):
+        cnt, m, bad = _row_scan_f32(x, vis, use_vis, r, s, xi, used)
+        if cnt == 0 or bad:
+            counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
+            for j in range(L):
+                y[r, j] = np.nan
+            continue
+        z = np.float32(0.0)
+        for j in range(L):
+            if not used[j]:
+                continue
+            t = _sub(xi[j], m)
+            a = _floor(_mul(t, half))
+            b = _floor(_mul(t, sixteenth))
+            t = _sub(_add(t, a), b)
+            if t < nx0:
+                t = nx0
+                counts[_C_FLOOR] += 1
+            q = _floor(_div(t, x0))
+            rr = _sub(t, _mul(x0, q))
+            u = _sub(_mul(rr, half), x0)
+            ev = _floor(_mul(u, np.float32(math.ldexp(1.0, int(n - q)))))
+            if ev < 0:
+                ev = np.float32(0.0)
+            e[j] = ev
+            z = _add(z, ev)
+        if z >= two31:
+            z = two31
+            counts[_C_SUM] += 1
+        f = _floor(_div(two31, z))
+        for j in range(L):
+            if not used[j]:
+                y[r, j] = 0.0
+                continue
+            v = _floor(_div(_mul(e[j], f), out_div))
+            y[r, j] = v
+            if v == 0:
+                counts[_C_ZERO] += 1
+
+
+@njit(cache=True, nogil=True)
+def _ivit_exact(x, vis, s, x0, n, out_bits, y, counts):
+    R, L = x.shape
+    use_vis = vis.shape[0] > 0
+    xi = np.empty(L, np.int64)
+    e = np.empty(L, np.int64)
+    used = np.empty(L, np.bool_)
+    nx0 = np.int64(n) * x0
+    sh_out = 32 - out_bits
+    for r in range(R):
+        cnt, m, bad = _row_scan_exact(x, vis, use_vis, r, s, xi, used)
+        if cnt == 0 or bad:
+            counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
+            for j in range(L):
+                y[r, j] = np.nan
+            continue
+        z = np.int64(0)
+        for j in range(L):
+            if not used[j]:
+                continue
+            t = xi[j] - m
+            t = t + (t >> 1) - (t >> 4)  # floor(t/2), floor(t/16): arithmetic shifts
+            if t < nx0:
+                t = nx0
+                counts[_C_FLOOR] += 1
+            q = t // x0  # floor division (Python semantics)
+            rr = t - x0 * q
+            w = rr - 2 * x0  # (r/2 - x0) * 2**(n-q) = w * 2**(n-q-1), w > 0
+            k = n - q
+            if k >= 1:
+                ev = w << (k - 1)
+            else:
+                ev = w >> (1 - k)
+            if ev < 0:
+                ev = 0
+            e[j] = ev
+            if z < IVIT_SUM_MAX:  # saturating sum (no int64 overflow)
+                z += ev
+        if z >= IVIT_SUM_MAX:
+            z = IVIT_SUM_MAX
+            counts[_C_SUM] += 1
+        f = np.int64(2**31) // z
+        for j in range(L):
+            if not used[j]:
+                y[r, j] = 0.0
+                continue
+            v = (e[j] * f) >> sh_out
+            y[r, j] = np.float32(v)
+            if v == 0:
+                counts[_C_ZERO] += 1
+
+
+# --------------------------------------------------------------------------------------------
+# I-BERT kernels: pass 1 computes e (and the tensor max), pass 2 requantises and normalises.
+
+
+@njit(cache=True, nogil=True)
+def _ibert_exp_f32(x, vis, s, x0i, nx0, bi, ci, n, e, rowflag, counts):
+    """Pass 1 (float32): e per visible entry (-1 for entries that take no part); rowflag 0 ok,
+    1 empty, 2 NaN.  Returns max(e) over visible entries (-1 when none)."""
+    R, L = x.shape
+    use_vis = vis.shape[0] > 0
+    xi = np.empty(L, np.float32)
+    used = np.empty(L, np.bool_)
+    emax = np.float32(-1.0)
+    for r in range(R):
+        cnt, m, bad = _row_scan_f32(x, vis, use_vis, r, s, xi, used)
+        if cnt == 0 or bad:
+            rowflag[r] = 1 if cnt == 0 else 2
+            counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
+            for j in range(L):
+                e[r, j] = -1.0
+            continue
+        rowflag[r] = 0
+        for j in range(L):
+            if not used[j]:
+                e[r, j] = -1.0
+                continue
+            t = _sub(xi[j], m)
+            if t < nx0:
+                t = nx0
+                counts[_C_FLOOR] += 1
+            q = _floor(_div(t, x0i))
+            rr = _sub(t, _mul(x0i, q))
+            zz = _add(rr, bi)
+            zz = _mul(rr, zz)
+            zz = _add(zz, ci)
+            ev = _floor(_mul(zz, np.float32(math.ldexp(1.0, int(n - q)))))
+            if ev < 0:
+                ev = np.float32(0.0)
+            e[r, j] = ev
+            if ev > emax:
+                emax = ev
+    return emax
+
+
+@njit(cache=True, nogil=True)
+def _ibert_norm_f32(e, rowflag, m31, inv_shift, out_bits, y, counts):
+    """Pass 2 (float32 order): 16-bit requantisation, row sum, reciprocal, output."""
+    R, L = e.shape
+    e16 = np.empty(L, np.float32)
+    two32 = np.float32(2.0**32)
+    out_div = np.float32(2.0 ** (32 - out_bits))
+    for r in range(R):
+        if rowflag[r] != 0:
+            for j in range(L):
+                y[r, j] = np.nan
+            continue
+        z = np.float32(0.0)
+        for j in range(L):
+            ev = e[r, j]
+            if ev < 0:
+                continue
+            v = np.rint((np.float64(ev) * m31) * inv_shift)  # fl64(e * m) / 2**shift, RNE
+            if v > IBERT_E16_MAX:
+                v = IBERT_E16_MAX
+                counts[_C_REQ] += 1
+            elif v < IBERT_E16_MIN:
+                v = IBERT_E16_MIN
+                counts[_C_REQ] += 1
+            e16[j] = np.float32(v)
+            z = _add(z, e16[j])
+        f = _floor(_div(two32, z))
+        for j in range(L):
+            if e[r, j] < 0:
+                y[r, j] = 0.0
+                continue
+            v = _floor(_div(_mul(e16[j], f), out_div))
+            y[r, j] = v
+            if v == 0:
+                counts[_C_ZERO] += 1
+
+
+@njit(cache=True, nogil=True)
+def _ibert_exp_exact(x, vis, s, x0i, bi, ci, n, zq, qq, rowflag, counts):
+    """Pass 1 (exact): z (>= 0) and q per visible entry (z = -1 for entries that take no
+    part).  Returns max(z * 2**(n - q)) in float64 (-1 when none)."""
+    R, L = x.shape
+    use_vis = vis.shape[0] > 0
+    xi = np.empty(L, np.int64)
+    used = np.empty(L, np.bool_)
+    nx0 = np.int64(n) * x0i
+    emax = -1.0
+    for r in range(R):
+        cnt, m, bad = _row_scan_exact(x, vis, use_vis, r, s, xi, used)
+        if cnt == 0 or bad:
+            rowflag[r] = 1 if cnt == 0 else 2
+            counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
+            for j in range(L):
+                zq[r, j] = -1
+            continue
+        rowflag[r] = 0
+        for j in range(L):
+            if not used[j]:
+                zq[r, j] = -1
+                continue
+            t = xi[j] - m
+            if t < nx0:
+                t = nx0
+                counts[_C_FLOOR] += 1
+            q = t // x0i
+            rr = t - x0i * q
+            zz = rr * (rr + bi) + ci
+            if zz < 0:
+                zz = 0
+            zq[r, j] = zz
+            qq[r, j] = q
+            ev = np.float64(zz) * math.ldexp(1.0, int(n - q))
+            if ev > emax:
+                emax = ev
+    return emax
+
+
+@njit(inline="always", cache=True)
+def _mul_shift_rne(z, m, k):
+    """``RNE(z * m / 2**k)`` exactly for 0 <= z < 2**62, 0 <= m <= 2**31 and any int k;
+    results above about 2**50 are returned as 2**62 (callers clamp far below that)."""
+    if z == 0 or m == 0:
+        return np.int64(0)
+    sat = np.int64(2**62)
+    if np.float64(z) * np.float64(m) * math.ldexp(1.0, -k) > 2.0**50:
+        return sat
+    zh = z >> 31
+    zl = z & 0x7FFFFFFF
+    hi = zh * m  # z * m = hi * 2**31 + lo, hi and lo < 2**62
+    lo = zl * m
+    if k <= 0:  # the result (<= 2**50) is z * m << -k: no overflow
+        return ((hi << 31) + lo) << (-k)
+    if k <= 31:
+        qv = (hi << (31 - k)) + (lo >> k)
+        rem = lo & ((np.int64(1) << k) - 1)
+        halfv = np.int64(1) << (k - 1)
+        if rem > halfv or (rem == halfv and (qv & 1) == 1):
+            qv += 1
+        return qv
+    # k > 31: v = c * 2**31 + low with c = hi + (lo >> 31)
+    c = hi + (lo >> 31)
+    low = lo & 0x7FFFFFFF
+    kk = k - 31
+    if kk >= 63:
+        return np.int64(0)  # v < 2**94 <= 2**(k-1): rounds to 0
+    qv = c >> kk
+    rem_hi = c & ((np.int64(1) << kk) - 1)
+    half_hi = np.int64(1) << (kk - 1)  # half = 2**(k-1) = half_hi * 2**31 (low part 0)
+    up = rem_hi > half_hi or (rem_hi == half_hi and (low > 0 or (qv & 1) == 1))
+    if up:
+        qv += 1
+    return qv
+
+
+@njit(cache=True, nogil=True)
+def _ibert_norm_exact(zq, qq, rowflag, m31, shift, n, out_bits, y, counts):
+    R, L = zq.shape
+    e16 = np.empty(L, np.int64)
+    sh_out = 32 - out_bits
+    for r in range(R):
+        if rowflag[r] != 0:
+            for j in range(L):
+                y[r, j] = np.nan
+            continue
+        z = np.int64(0)
+        for j in range(L):
+            zz = zq[r, j]
+            if zz < 0:
+                continue
+            v = _mul_shift_rne(zz, m31, shift - (n - qq[r, j]))
+            if v > IBERT_E16_MAX:
+                v = IBERT_E16_MAX
+                counts[_C_REQ] += 1
+            e16[j] = v
+            z += v
+        f = np.int64(2**32) // z
+        for j in range(L):
+            if zq[r, j] < 0:
+                y[r, j] = 0.0
+                continue
+            v = (e16[j] * f) >> sh_out
+            y[r, j] = np.float32(v)
+            if v == 0:
+                counts[_C_ZERO] += 1
+
+
+# --------------------------------------------------------------------------------------------
+# Validation helpers
+
+
+def _check_scale(scale) -> np.float32:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"scale must be a positive real number, got {type(scale).__name__}")
+    s = np.float32(scale)
+    if not (np.isfinite(s) and float(s) >= SCALE_MIN):
+        raise ValueError(
+            f"scale must be finite and >= 2**-40 after rounding to float32, got {scale!r}"
+        )
+    return s
+
+
+def _check_out_bits(out_bits) -> int:
+    if isinstance(out_bits, bool) or not isinstance(out_bits, (int, np.integer)) or not (
+        OUT_BITS_MIN <= out_bits <= OUT_BITS_MAX
+    ):
+        raise ValueError(
+            f"out_bits must be an int in [{OUT_BITS_MIN}, {OUT_BITS_MAX}], got {out_bits!r}"
+        )
+    return int(out_bits)
+
+
+def _check_bool(v, name: str) -> bool:
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
+    return bool(v)
+
+
+def _rows_and_mask(x, mask):
+    rows, restore = softmax_rows(x, -1, "x")
+    if mask is None:
+        return rows, restore, np.zeros((0, 0), dtype=np.bool_)
+    m, _ = to_numpy(mask, "mask")
+    if m.dtype != np.bool_:
+        raise TypeError(f"mask has dtype {m.dtype}; allowed: bool (True = take part)")
+    shape = np.shape(to_numpy(x, "x")[0])
+    try:
+        mb = np.broadcast_to(m, shape)
+    except ValueError:
+        raise ValueError(f"mask of shape {m.shape} does not broadcast to x's {shape}") from None
+    return rows, restore, np.ascontiguousarray(mb).reshape(rows.shape)
+
+
+def _floor_frac(num: float, s: np.float32) -> int:
+    """Exact ``floor(num / s)`` of the float64 ``num`` and float32 ``s``."""
+    return math.floor(Fraction(num) / Fraction(float(s)))
+
+
+def _frexp_multiplier(ratio: float) -> tuple[int, int]:
+    """Fixed-point ``ratio = m31 / 2**shift``: float64 frexp, 31-bit mantissa rounded half up
+    (I-BERT's ``batch_frexp``)."""
+    m, ex = math.frexp(ratio)
+    m31 = math.floor(m * 2.0**IBERT_M_BITS + 0.5)  # exact: m * 2**31 + 0.5 is representable
+    return int(m31), IBERT_M_BITS - ex
+
+
+# --------------------------------------------------------------------------------------------
+# Public softmax functions
+
+
+def ivit_shiftmax(x, scale: float, out_bits: int = 8, *, exact: bool = False, mask=None,
+                  return_stats: bool = False):
+    """I-ViT Shiftmax on rows along the last axis (specs/attention.md section 7).
+
+    Args:
+        x: float32 array (numpy or CPU torch; float16/bfloat16/float64 are rounded to float32)
+            holding ``x_int * scale``; ``-inf`` entries are masked.
+        scale: the input scale ``s`` (positive, rounded to float32, >= 2**-40).
+        out_bits: output bits (2..16); the output scale is ``2**-(out_bits - 1)``.
+        exact: False (default): the published float32 evaluation order; True: exact integers
+            (``x / s`` must round to integers that fit int32).
+        mask: optional bool array broadcastable to ``x`` (True = take part).
+        return_stats: also return a :class:`BaselineStats`.
+
+    Returns:
+        float32 array of ``x``'s shape holding the integer outputs ``y`` (0 for masked
+        entries; NaN for rows without visible entry or with NaN/+inf), numpy or torch as ``x``;
+        with ``return_stats`` a tuple ``(y, stats)``.
+
+    Raises:
+        TypeError: non-float ``x``, non-bool ``mask``/``exact``.
+        ValueError: bad ``scale`` or ``out_bits``; exact mode with ``|x / s| >= 2**31``.
+
+    Example::
+
+        >>> s = 0.05
+        >>> y = ivit_shiftmax(np.array([0.0, -0.5, 1.0], np.float32), s)
+        >>> y * 2.0**-7          # approximate softmax probabilities
+    """
+    s = _check_scale(scale)
+    ob = _check_out_bits(out_bits)
+    ex = _check_bool(exact, "exact")
+    rb = _check_bool(return_stats, "return_stats")
+    rows, restore, vis = _rows_and_mask(x, mask)
+    y = np.empty(rows.shape, dtype=np.float32)
+    counts = np.zeros(_NCOUNT, dtype=np.int64)
+    if ex:
+        _check_exact_range(rows, s)
+        x0 = _floor_frac(-1.0, s)
+        _ivit_exact(rows, vis, float(s), np.int64(x0), IVIT_N, ob, y, counts)
+    else:
+        x0 = np.float32(np.floor(-_div_py(1.0, s)))  # -(1/s): reciprocal then * -1
+        nx0 = np.float32(np.float32(IVIT_N) * x0)
+        _ivit_f32(rows, vis, s, x0, nx0, IVIT_N, ob, y, counts)
+    out = restore(y)
+    return (out, _stats_from(counts, rows.shape[0])) if rb else out
+
+
+def ibert_softmax(x, scale: float, out_bits: int = 8, *, exact: bool = False, mask=None,
+                  return_stats: bool = False):
+    """I-BERT i-exp integer softmax on rows along the last axis (specs/attention.md section 7).
+
+    The 16-bit requantisation takes its range from the whole input (every row of ``x``), as
+    the authors' ``QuantAct`` does on the current tensor.
+
+    Args:
+        x: float32 array (numpy or CPU torch; other float dtypes are rounded to float32)
+            holding ``x_int * scale``; ``-inf`` entries are masked.
+        scale: the input scale ``s`` (positive, float32, >= 2**-40, and small enough that
+            ``floor(c / s**2) >= 1``, i.e. ``s <= 1.67``).
+        out_bits: output bits (2..16); the output scale is ``2**-out_bits``.
+        exact: False (default): float32 evaluation order; True: exact integers (needs
+            ``|x / s| < 2**31`` and ``floor(c / s**2) < 2**61``).
+        mask: optional bool array broadcastable to ``x`` (True = take part).
+        return_stats: also return a :class:`BaselineStats`.
+
+    Returns:
+        float32 integer-valued outputs ``y`` of ``x``'s shape (0 for masked entries, NaN rows
+        as :func:`ivit_shiftmax`); with ``return_stats`` a tuple ``(y, stats)``.
+
+    Raises:
+        TypeError, ValueError: as :func:`ivit_shiftmax`, and for a scale outside the range
+        above.
+
+    Example::
+
+        >>> y = ibert_softmax(np.array([0.0, -0.5, 1.0], np.float32), 0.05)
+        >>> y * 2.0**-8
+    """
+    s = _check_scale(scale)
+    ob = _check_out_bits(out_bits)
+    ex = _check_bool(exact, "exact")
+    rb = _check_bool(return_stats, "return_stats")
+    rows, restore, vis = _rows_and_mask(x, mask)
+    R, L = rows.shape
+    y = np.empty(rows.shape, dtype=np.float32)
+    counts = np.zeros(_NCOUNT, dtype=np.int64)
+    rowflag = np.zeros(R, dtype=np.int8)
+    if ex:
+        _check_exact_range(rows, s)
+        x0i = _floor_frac(IBERT_X0, s)
+        bi = _floor_frac(IBERT_B, s)
+        ci = math.floor(Fraction(IBERT_C) / Fraction(float(s)) ** 2)
+        if ci < 1:
+            raise ValueError(f"scale {float(s)!r} is too large for I-BERT: floor(c / s**2) = 0")
+        if ci >= IBERT_EXACT_C_MAX:
+            raise ValueError(
+                f"scale {float(s)!r} is too small for exact I-BERT evaluation in int64: "
+                f"floor(c / s**2) = {ci} >= 2**61; use exact=False"
+            )
+        zq = np.empty((R, L), dtype=np.int64)
+        qq = np.zeros((R, L), dtype=np.int64)
+        emax = _ibert_exp_exact(rows, vis, float(s), np.int64(x0i), np.int64(bi), np.int64(ci),
+                                IBERT_N, zq, qq, rowflag, counts)
+        if emax > 0:
+            m31, shift = _frexp_multiplier(IBERT_E16_MAX / emax)
+            _ibert_norm_exact(zq, qq, rowflag, np.int64(m31), shift, IBERT_N, ob, y, counts)
+        else:
+            y[:] = np.nan
+    else:
+        inv = _div_py(1.0, s)  # float32 reciprocal fl(1/s)
+        x0i = np.float32(np.floor(np.float32(inv * np.float32(IBERT_X0))))
+        nx0 = np.float32(np.float32(IBERT_N) * x0i)
+        bi = np.float32(np.floor(np.float32(inv * np.float32(IBERT_B))))
+        s2 = np.float32(s * s)
+        ci = np.float32(np.floor(np.float32(_div_py(1.0, s2) * np.float32(IBERT_C))))
+        if ci < 1:
+            raise ValueError(f"scale {float(s)!r} is too large for I-BERT: floor(c / s**2) = 0")
+        s_e = np.float32(np.float32(np.float32(IBERT_A) * s2) / np.float32(2.0**IBERT_N))
+        e = np.empty((R, L), dtype=np.float32)
+        emax = _ibert_exp_f32(rows, vis, s, x0i, nx0, bi, ci, IBERT_N, e, rowflag, counts)
+        if emax > 0:
+            s16 = np.float32(np.float32(emax * s_e) / np.float32(IBERT_E16_MAX))
+            m31, shift = _frexp_multiplier(float(s_e) / float(s16))
+            _ibert_norm_f32(e, rowflag, float(m31), math.ldexp(1.0, -shift), ob, y, counts)
+        else:
+            y[:] = np.nan
+    out = restore(y)
+    return (out, _stats_from(counts, R)) if rb else out
+
+
+def _div_py(a: float, b: np.float32) -> np.float32:
+    """One float32 division (numpy float32 scalars are correctly rounded)."""
+    return np.float32(np.float32(a) / np.float32(b))
+
+
+def _check_exact_range(rows: np.ndarray, s: np.float32) -> None:
+    fin = rows[np.isfinite(rows)]
+    if fin.size and float(np.abs(fin).max()) / float(s) >= EXACT_X_MAX - 0.5:
+        raise ValueError(
+            "exact=True needs integer logits x / scale that fit int32; got max |x / scale| = "
+            f"{float(np.abs(fin).max()) / float(s):.4g}"
+        )
+
+
+def ivit_scale(out_bits: int = 8) -> float:
+    """Value of one output unit of :func:`ivit_shiftmax`: ``2**-(out_bits - 1)``."""
+    return 2.0 ** -(_check_out_bits(out_bits) - 1)
+
+
+def ibert_scale(out_bits: int = 8) -> float:
+    """Value of one output unit of :func:`ibert_softmax`: ``2**-out_bits``."""
+    return 2.0 ** -_check_out_bits(out_bits)
+
+
+# --------------------------------------------------------------------------------------------
+# int8 attention plumbing shared with the HCCS pipeline
+
+
+def quantize_int8(x: np.ndarray, what: str) -> tuple[np.ndarray, float]:
+    """Per-tensor symmetric int8 of a float32 array: ``(codes int8, scale float)`` with
+    ``s = max|x| / 127`` rounded to float32 and ``codes = clamp(RNE(x / s), -127, 127)``
+    (:func:`lowprec.encode` with format ``int8``)."""
+    try:
+        qa = _fmt.encode(x, "int8")
+    except ValueError as err:
+        raise ValueError(f"{what}: {err}") from None
+    return np.asarray(qa.codes), float(np.asarray(qa.scales).reshape(-1)[0])
+
+
+def int_matmul(a8: np.ndarray, b8: np.ndarray, what: str) -> np.ndarray:
+    """Exact ``a @ b`` of integer arrays ``(B, M, K) @ (B, K, N)`` as int64.
+
+    Computed with a float64 GEMM: every product and partial sum is an integer below 2**53 (the
+    callers check that the int32 result range holds), so any summation order is exact.
+    """
+    prod = np.matmul(a8.astype(np.float64), b8.astype(np.float64))
+    out = prod.astype(np.int64)
+    if out.size and int(np.abs(out).max()) > GEMM_EXACT_MAX:
+        raise ValueError(f"{what} overflows the int32 accumulator")
+    return out
+
+
+def check_gemm_depth(depth: int, amax: int, bmax: int, what: str) -> None:
+    """Raise ValueError when ``depth * amax * bmax`` can exceed the int32 accumulator."""
+    if depth * amax * bmax > GEMM_EXACT_MAX:
+        raise ValueError(
+            f"{what}: {depth} terms of |a| <= {amax}, |b| <= {bmax} can overflow the int32 "
+            f"accumulator (depth must be <= {GEMM_EXACT_MAX // (amax * bmax)})"
+        )
+
+
+def visibility(prob: Problem) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(vis, add)``: boolean ``(B, Lq, Lk)`` visibility (causal and mask combined) and the
+    finite part of the additive mask as float32 ``(B, Lq, Lk)`` (None when there is no mask)."""
+    vis = np.ones((prob.B, prob.Lq, prob.Lk), dtype=np.bool_)
+    if prob.causal:
+        i = np.arange(prob.Lq)[:, None]
+        j = np.arange(prob.Lk)[None, :]
+        vis &= (j <= i + (prob.Lk - prob.Lq))[None]
+    add = None
+    if prob.mask is not None:
+        planes = prob.mask[prob.mask_map]
+        vis &= planes != -np.inf
+        add = np.where(planes == -np.inf, np.float32(0.0), planes).astype(np.float32)
+    return vis, add
+
+
+def _int8_attention(prob: Problem, return_stats: bool, softmax_fn, out_scale: float,
+                    out_bits: int, exact: bool, logit_bits):
+    if logit_bits is not None:
+        _check_logit_bits(logit_bits)
+    if prob.B == 0 or prob.Lq == 0 or prob.Lk == 0:
+        out = np.full((prob.B, prob.Lq, prob.dv), np.nan, dtype=np.float32)
+        st = BaselineStats(calls=1, rows=prob.B * prob.Lq, empty_rows=prob.B * prob.Lq)
+        return out, (st if return_stats else None)
+    q8, s_q = quantize_int8(prob.q, "q")
+    k8, s_k = quantize_int8(prob.k, "k")
+    v8, s_v = quantize_int8(prob.v, "v")
+    check_gemm_depth(prob.d, INT8_QMAX, INT8_QMAX, "q8 k8^T")
+    S = int_matmul(q8, np.swapaxes(k8, 1, 2), "q8 k8^T")
+    vis, add = visibility(prob)
+    s_in = np.float32(np.float64(s_q) * np.float64(s_k) * prob.scale)
+    if not float(s_in) > 0:
+        s_in = np.float32(1.0)  # q or k is all zero: every logit is 0
+    x = S.astype(np.float64) * np.float64(s_in)
+    if add is not None:
+        x = x + add
+    x = x.astype(np.float32)
+    if logit_bits is not None:
+        lb = _check_logit_bits(logit_bits)
+        qmax = 2 ** (lb - 1) - 1
+        fin = np.abs(x[vis]) if vis.any() else np.zeros(0, np.float32)
+        amax = float(fin.max()) if fin.size else 0.0
+        s_x = np.float32(amax / qmax) if amax > 0 else np.float32(1.0)
+        xi = np.clip(np.rint(x.astype(np.float64) / np.float64(s_x)), -qmax, qmax)
+        x = (xi * np.float64(s_x)).astype(np.float32)
+        s_in = s_x
+    y, st = softmax_fn(x, float(s_in), out_bits, exact=exact, mask=vis, return_stats=True)
+    P = np.where(vis, y, 0.0).astype(np.float64)
+    bad = np.isnan(y).any(axis=2)
+    P[bad] = 0.0
+    O = int_matmul(P, v8, "P v8")
+    out = (O.astype(np.float64) * (np.float64(s_v) * out_scale)).astype(np.float32)
+    out[bad] = np.nan
+    return out, (st if return_stats else None)
+
+
+def _check_logit_bits(b) -> int:
+    if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 2 <= b <= 24:
+        raise ValueError(f"logit_bits must be None or an int in [2, 24], got {b!r}")
+    return int(b)
+
+
+def _ivit_attention(prob: Problem, return_stats: bool, out_bits: int = 8, exact: bool = False,
+                    logit_bits=None):
+    ob = _check_out_bits(out_bits)
+    return _int8_attention(prob, return_stats, ivit_shiftmax, ivit_scale(ob), ob, exact,
+                           logit_bits)
+
+
+def _ibert_attention(prob: Problem, return_stats: bool, out_bits: int = 8, exact: bool = False,
+                     logit_bits=None):
+    ob = _check_out_bits(out_bits)
+    return _int8_attention(prob, return_stats, ibert_softmax, ibert_scale(ob), ob, exact,
+                           logit_bits)
+
+
+def _surrogate(fn, unit):
+    def run(scores, axis, scale=None, out_bits: int = 8, exact: bool = False):
+        rows, restore = softmax_rows(scores, axis)
+        ob = _check_out_bits(out_bits)
+        fin = np.isfinite(rows)
+        if scale is None:
+            amax = float(np.abs(rows[fin]).max()) if fin.any() else 0.0
+            s = np.float32(amax / INT8_QMAX) if amax > 0 else np.float32(1.0)
+            qmax = INT8_QMAX
+        else:
+            s = _check_scale(scale)
+            qmax = None
+        with np.errstate(invalid="ignore"):
+            xi = np.rint(rows.astype(np.float64) / np.float64(s))
+            if qmax is not None:
+                xi = np.clip(xi, -qmax, qmax)
+            x = np.where(fin, xi * np.float64(s), rows).astype(np.float32)
+        y = fn(x, float(s), ob, exact=exact)
+        return restore((y * np.float32(unit(ob))).astype(np.float32))
+
+    return run
+
+
+def _ivit_softmax_scheme(scores, axis, **opts):
+    return _surrogate(ivit_shiftmax, ivit_scale)(scores, axis, **opts)
+
+
+def _ibert_softmax_scheme(scores, axis, **opts):
+    return _surrogate(ibert_softmax, ibert_scale)(scores, axis, **opts)
+
+
+register(Scheme("ivit", "int8 q k v, I-ViT Shiftmax softmax (float32 order), int32 P v",
+                _ivit_attention, options=("out_bits", "exact", "logit_bits")))
+register(Scheme("ibert", "int8 q k v, I-BERT i-exp integer softmax (float32 order), int32 P v",
+                _ibert_attention, options=("out_bits", "exact", "logit_bits")))
+register(Scheme("ivit", "I-ViT Shiftmax on int8-quantised scores (y * 2**-(out_bits-1))",
+                _ivit_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax"))
+register(Scheme("ibert", "I-BERT i-exp softmax on int8-quantised scores (y * 2**-out_bits)",
+                _ibert_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax"))
+
+__all__ = ["ivit_shiftmax", "ibert_softmax", "ivit_scale", "ibert_scale", "BaselineStats",
+           "quantize_int8", "int_matmul", "visibility", "IVIT_N", "IBERT_N"]
+
+from ..formats._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)

@@ -1,0 +1,994 @@
+"""HCCS: head-calibrated clipped-linear softmax (specs/attention.md section 5; seed ``hccs.txt``,
+equations 1 to 11 and Algorithm 1).
+
+Integer core (:func:`hccs_core`), per row of int8 logits ``x`` and per-head integers
+``(B, S, Dmax)``::
+
+    m = max x                     delta = min(m - x, Dmax)          (eq. 1, 2)
+    s = B - S * delta   (int32)   Z = sum s   (int32)               (eq. 3, 5)
+
+and one of three output paths:
+
+* ``"i16_div"`` (eq. 6, 7; T = 32767): ``rho = floor(32767 / Z)``, ``p = s * rho``; int16
+  output, one unit = 1/32767.
+* ``"i8_div"`` (eq. 8; T = 255, R = INV_SHIFT = 15): ``rho = floor(255 * 2**15 / Z)``,
+  ``p = (s * rho) >> (15 + out_shift)``; uint8 output, one unit = ``2**out_shift / 255``.
+* ``"i8_clb"`` (eq. 9): ``k = floor(log2 Z)`` (leading-bit detection), ``p = (s * T) >> k``
+  with ``T = clb_T``, default 255 (the int8 target scale the paper gives for eq. 9), saturated
+  to 255 (uint8, as the AI Engine's shift-round-saturate store does); one unit = 1/T.  Since
+  ``2**k <= Z < 2**(k+1)`` the row sums to about T to 2T: the reciprocal overestimates by
+  up to a factor of two and the result is not renormalised (as on the hardware); with T = 255
+  a dominant entry saturates (counted).  ``clb_T=128`` never saturates.
+
+Constraints (eq. 4, 11 and section IV-C), checked by :func:`check_params` for the row length
+``n``: ``0 <= Dmax <= 127``, ``S >= 0``, ``B - S * Dmax >= 0`` and
+``S * Dmax + ceil(256 / n) <= B <= floor(32767 / n)``.  They keep every ``s`` in int16,
+``Z <= 32767`` (so the int16 reciprocal is >= 1), ``Z >= 256`` (so the int8 reciprocal fits
+int16) and every product in int32; :func:`hccs_core` therefore never wraps.  With masked keys a
+row has fewer than ``n`` terms and ``Z`` may fall below 256; the int8 reciprocal then exceeds the
+int16 range of the AI Engine broadcast: we compute it exactly in int32 and count the row
+(``rho_int16_overflow``) instead of wrapping.
+
+Calibration (:func:`calibrate`, section III-C, eq. 10): per head, logits are quantised to int8
+with the head's scale ``s_x = max|logit| / 127`` (or a given one), and an integer grid search
+over ``(B, S, Dmax)`` inside the constraints minimises the mean over rows of
+``KL(softmax(x8 * s_x) || p_i16 / sum p_i16)`` (the paper minimises in the int16 space).  Since
+``p_i16 = s * rho`` with one ``rho`` per row, ``p_i16 / sum = s / Z`` exactly and the objective
+is evaluated from per-row histograms of ``delta``; it depends on ``(B, S)`` only through the
+ratio ``S / B``.  Search (``exhaustive=False``): for every ``Dmax`` the best real ratio (grid of
+48 points, then golden section), then, for the ``refine`` best ``Dmax``, every ``B`` with the
+four integers ``S`` around ``ratio * B`` scored exactly; ``exhaustive=True`` scans the whole
+constrained grid (slow for short rows).  Option ``objective="scale"`` scores the
+unnormalised ``p_i16 / 32767`` instead (penalising the Q0 reciprocal's truncation, which for
+``Z`` near 32767 makes the int16 row sum as small as one half); the fast search ranks ``Dmax``
+and places ``S`` with the ``"sum"`` objective, so use ``exhaustive=True`` with ``"scale"``.
+
+Pipeline (scheme ``hccs``): per-tensor symmetric int8 q, k, v (``s = max|x| / 127``, RNE),
+``S = q8 k8^T`` exact int32, logits ``t = (S * s_q s_k scale + mask) / s_x`` in float64 and
+``x8 = clamp(RNE(t), -127, 127)`` with the head's ``s_x``, HCCS probabilities, ``O = P v8``
+exact int32, output ``O * s_v * unit`` (``unit`` of the path; the i16 rows sum to
+``rho Z / 32767``, between 1/2 and 1, so outputs shrink by that factor; option
+``dequant="rowsum"`` divides by the row's ``sum P`` instead, as a float epilogue would).  Heads are
+the last leading dim of q (``(..., H, L, d)``); ``params=None`` calibrates every head on the
+call's own logits (all batch entries of that head, ``n = Lk``) and reports the parameters in the
+statistics.  Masked keys take no part (their probability is 0); a query row without visible
+key gives NaN.  The score matrix is materialised per call (untiled; for study sizes).
+
+Softmax surrogate ``hccs`` (``lp.softmax``): scores (natural-log units, ``-inf`` masked) are
+quantised to int8 with ``params.x_scale`` (or calibrated on the call's scores as one head) and
+the result is ``p * unit`` as float32 (unit 1/32767, ``2**out_shift/255`` or ``1/clb_T``; rows
+sum to ``rho Z / 32767`` in (1/2, 1] for ``i16_div`` (the Q0 reciprocal truncates), to a little
+under 1 for ``i8_div`` and to about 1 to 2 for ``i8_clb``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from ..formats._arrays import to_numpy
+from ..stats import Stats
+from . import Scheme, register
+from .baselines import (
+    INT8_QMAX,
+    check_gemm_depth,
+    int_matmul,
+    quantize_int8,
+    visibility,
+)
+from .tiling import Problem, softmax_rows
+
+# --------------------------------------------------------------------------------------------
+# Constants (seed hccs.txt)
+
+PATHS = ("i16_div", "i8_div", "i8_clb")
+_PATH_CODE = {"i16_div": 0, "i8_div": 1, "i8_clb": 2}
+I16_T = 32767  # eq. 6: int16 output target scale
+I8_T = 255  # eq. 8: int8 output target scale
+INV_SHIFT = 15  # eq. 8: R = INV_SHIFT of the reference implementation
+CLB_T_DEFAULT = 255  # eq. 9 with the int8 target scale T = 255
+U8_MAX = 255  # uint8 output saturation
+OUT_SHIFT_MAX = 16
+DMAX_MAX = 127  # section IV-C: clamped distances stay in int8
+Z_MIN = 256  # eq. 11: row sum floor that keeps the int8 reciprocal in int16
+INT16_MAX = 32767  # eq. 11: n * B <= 32767
+X8_MAX = 127  # symmetric int8 logits
+DELTA_BINS = 255  # m - x of int8 logits lies in [0, 254]
+OBJECTIVES = ("sum", "scale")
+REFINE_DEFAULT = 4  # Dmax values refined over every B
+RATIO_GRID = 48  # ratio grid points per Dmax before the golden-section step
+GOLDEN_STEPS = 40
+REFINE_HALF_WIDTH = 2  # S candidates per B: floor(r B) - 1 .. floor(r B) + 2
+
+# count slots of the core kernel
+_C_EMPTY, _C_CLIP, _C_SAT, _C_RHO = range(4)
+
+
+@dataclass
+class HccsStats(Stats):
+    """Counts of the HCCS core and pipeline (specs/attention.md sections 5 and 8).
+
+    Attributes:
+        calls: core evaluations merged.
+        rows: rows processed.
+        empty_rows: rows with no visible entry (all-zero core output; NaN in the pipeline).
+        clipped: visible entries whose distance ``m - x`` exceeded ``Dmax`` and was clamped.
+        out_saturated: ``i8_clb`` outputs above 255 saturated to 255.
+        rho_int16_overflow: ``i8_div`` rows whose reciprocal exceeded 32767 (possible only
+            with masked keys, ``Z < 256``); computed exactly, counted as a hazard.
+        logit_saturated: pipeline logits clamped to [-127, 127] (a given ``x_scale`` too
+            small for the call's logits).
+        params: per call, the :class:`HccsParams` used (calibrated on the fly or given), as
+            plain dicts.
+    """
+
+    calls: int = 0
+    rows: int = 0
+    empty_rows: int = 0
+    clipped: int = 0
+    out_saturated: int = 0
+    rho_int16_overflow: int = 0
+    logit_saturated: int = 0
+    params: list = field(default_factory=list)
+
+    def merge(self, other: HccsStats) -> HccsStats:
+        return HccsStats(self.calls + other.calls, self.rows + other.rows,
+                         self.empty_rows + other.empty_rows, self.clipped + other.clipped,
+                         self.out_saturated + other.out_saturated,
+                         self.rho_int16_overflow + other.rho_int16_overflow,
+                         self.logit_saturated + other.logit_saturated,
+                         self.params + other.params)
+
+
+# --------------------------------------------------------------------------------------------
+# Parameters
+
+
+def _int_array(v, name: str) -> np.ndarray:
+    arr, _ = to_numpy(v, name)
+    arr = np.asarray(arr)
+    if arr.dtype == np.bool_ or arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be integer(s), got dtype {arr.dtype}")
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise TypeError(f"{name} must be integer(s), got non-integer values")
+    if arr.size and (arr.max() > 2**40 or arr.min() < -(2**40)):
+        raise ValueError(f"{name} is out of range: |{name}| must be below 2**40")
+    return arr.astype(np.int64)
+
+
+def check_params(B, S, Dmax, n: int):
+    """Validate HCCS parameters for rows of length ``n`` (eq. 4 and 11, section IV-C).
+
+    Args:
+        B, S, Dmax: integers or integer arrays (broadcast together; one entry per head).
+        n: row length (number of keys), 1 <= n <= 32767.
+
+    Returns:
+        ``(B, S, Dmax)`` as broadcast int64 arrays.
+
+    Raises:
+        TypeError: non-integer values.
+        ValueError: the first entry violating ``0 <= Dmax <= 127``, ``S >= 0``,
+            ``B - S * Dmax >= 0`` or ``S * Dmax + ceil(256 / n) <= B <= floor(32767 / n)``,
+            naming the entry and the allowed range of ``B``.
+
+    Example::
+
+        >>> check_params(500, 3, 20, 64)        # 3*20 + 4 <= 500 <= 511
+        (array(500), array(3), array(20))
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= INT16_MAX:
+        raise ValueError(f"row length n must be an int in [1, {INT16_MAX}], got {n!r}")
+    n = int(n)
+    b, s, d = (_int_array(v, nm) for v, nm in ((B, "B"), (S, "S"), (Dmax, "Dmax")))
+    try:
+        b, s, d = np.broadcast_arrays(b, s, d)
+    except ValueError:
+        raise ValueError(
+            f"B, S, Dmax shapes {b.shape}, {s.shape}, {d.shape} do not broadcast"
+        ) from None
+    lo_add = -(-Z_MIN // n)
+    hi = INT16_MAX // n
+
+    def where(mask):
+        idx = np.argwhere(mask)[0]
+        at = f" at index {tuple(int(i) for i in idx)}" if b.ndim else ""
+        t = tuple(idx)
+        return at, int(b[t]), int(s[t]), int(d[t])
+
+    checks = (
+        ((d < 0) | (d > DMAX_MAX), f"0 <= Dmax <= {DMAX_MAX}"),
+        (s < 0, "S >= 0"),
+        (b - s * d < 0, "B - S * Dmax >= 0 (eq. 4)"),
+        ((b < s * d + lo_add) | (b > hi),
+         f"S * Dmax + ceil(256 / n) <= B <= floor(32767 / n) (eq. 11, n = {n})"),
+    )
+    for bad, rule in checks:
+        if bad.any():
+            at, bb, ss, dd = where(bad)
+            lo = ss * max(dd, 0) + lo_add
+            raise ValueError(
+                f"HCCS parameters{at} violate {rule}: B={bb}, S={ss}, Dmax={dd}; for these S "
+                f"and Dmax B must lie in [{lo}, {hi}]"
+                + ("" if lo <= hi else " (empty: lower S or Dmax, or use shorter rows)")
+            )
+    return b, s, d
+
+
+@dataclass
+class HccsParams:
+    """Per-head HCCS parameters (plain data; JSON via :meth:`save` / :meth:`load`).
+
+    Attributes:
+        B, S, Dmax: int64 arrays ``(H,)``: the surrogate ``s = B - S * min(m - x, Dmax)``.
+        x_scale: float64 ``(H,)``: the head's int8 logit scale (logit = ``x8 * x_scale``).
+        n: the row length the parameters were checked for (deployment ``Lk``).
+        kl: optional float64 ``(H,)``: mean calibration KL (objective value) per head.
+
+    Example::
+
+        >>> p = HccsParams(B=[500], S=[3], Dmax=[20], x_scale=[0.05], n=64)
+        >>> HccsParams.from_dict(p.to_dict()) == p
+        True
+    """
+
+    B: np.ndarray
+    S: np.ndarray
+    Dmax: np.ndarray
+    x_scale: np.ndarray
+    n: int
+    kl: np.ndarray | None = None
+
+    def __post_init__(self):
+        b, s, d = check_params(np.atleast_1d(self.B), np.atleast_1d(self.S),
+                               np.atleast_1d(self.Dmax), self.n)
+        if b.ndim != 1:
+            raise ValueError(f"B, S, Dmax must be 1-D (one entry per head), got shape {b.shape}")
+        xs = np.atleast_1d(np.asarray(self.x_scale, dtype=np.float64))
+        if xs.shape != b.shape and xs.size == 1:
+            xs = np.broadcast_to(xs, b.shape).copy()
+        if xs.shape != b.shape:
+            raise ValueError(f"x_scale has shape {xs.shape}; expected {b.shape} (one per head)")
+        if not np.all(np.isfinite(xs) & (xs > 0)):
+            raise ValueError("x_scale must be finite and > 0")
+        self.B, self.S, self.Dmax, self.x_scale = b.copy(), s.copy(), d.copy(), xs
+        self.n = int(self.n)
+        if self.kl is not None:
+            kl = np.atleast_1d(np.asarray(self.kl, dtype=np.float64))
+            if kl.shape != b.shape:
+                raise ValueError(f"kl has shape {kl.shape}; expected {b.shape}")
+            self.kl = kl
+
+    @property
+    def heads(self) -> int:
+        """Number of heads H."""
+        return int(self.B.shape[0])
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, HccsParams):
+            return NotImplemented
+        same_kl = (self.kl is None and other.kl is None) or (
+            self.kl is not None and other.kl is not None and np.array_equal(self.kl, other.kl))
+        return (self.n == other.n and same_kl and all(
+            np.array_equal(getattr(self, f), getattr(other, f))
+            for f in ("B", "S", "Dmax", "x_scale")))
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (lists of Python ints and floats)."""
+        return {"B": [int(v) for v in self.B], "S": [int(v) for v in self.S],
+                "Dmax": [int(v) for v in self.Dmax],
+                "x_scale": [float(v) for v in self.x_scale], "n": self.n,
+                "kl": None if self.kl is None else [float(v) for v in self.kl]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> HccsParams:
+        """Inverse of :meth:`to_dict` (validates; ValueError names missing keys)."""
+        if not isinstance(d, dict):
+            raise TypeError(f"expected a dict, got {type(d).__name__}")
+        need = ("B", "S", "Dmax", "x_scale", "n")
+        miss = [k for k in need if k not in d]
+        if miss:
+            raise ValueError(f"HCCS parameter dict lacks {', '.join(miss)}")
+        return cls(B=d["B"], S=d["S"], Dmax=d["Dmax"], x_scale=d["x_scale"], n=d["n"],
+                   kl=d.get("kl"))
+
+    def save(self, path) -> None:
+        """Write the parameters as JSON to ``path``."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path) -> HccsParams:
+        """Read parameters written by :meth:`save`."""
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+# --------------------------------------------------------------------------------------------
+# Core
+
+
+@njit(cache=True, nogil=True)
+def _hccs_rows(x, vis, Bv, Sv, Dv, path, out_shift, clb_t, out, counts):
+    """Rows of int8 logits ``x (R, n)`` -> int32 ``out``; per-row int32 parameters."""
+    R, n = x.shape
+    use_vis = vis.shape[0] > 0
+    for r in range(R):
+        b = np.int32(Bv[r])
+        sl = np.int32(Sv[r])
+        dm = np.int32(Dv[r])
+        m = np.int32(-129)
+        cnt = 0
+        for j in range(n):
+            if use_vis and not vis[r, j]:
+                continue
+            xv = np.int32(x[r, j])
+            if xv > m:
+                m = xv
+            cnt += 1
+        if cnt == 0:
+            counts[_C_EMPTY] += 1
+            for j in range(n):
+                out[r, j] = 0
+            continue
+        z = np.int32(0)
+        for j in range(n):
+            if use_vis and not vis[r, j]:
+                out[r, j] = -1
+                continue
+            d = np.int32(m - np.int32(x[r, j]))
+            if d > dm:
+                d = dm
+                counts[_C_CLIP] += 1
+            sc = np.int32(b - np.int32(sl * d))
+            out[r, j] = sc
+            z = np.int32(z + sc)
+        if path == 0:
+            rho = np.int32(I16_T // z)
+            for j in range(n):
+                sc = out[r, j]
+                out[r, j] = 0 if sc < 0 else np.int32(sc * rho)
+        elif path == 1:
+            rho = np.int32((I8_T << INV_SHIFT) // z)
+            if rho > INT16_MAX:
+                counts[_C_RHO] += 1
+            sh = INV_SHIFT + out_shift
+            for j in range(n):
+                sc = out[r, j]
+                out[r, j] = 0 if sc < 0 else np.int32(np.int32(sc * rho) >> sh)
+        else:
+            k = 0
+            t = z
+            while t > 1:
+                t >>= 1
+                k += 1
+            for j in range(n):
+                sc = out[r, j]
+                if sc < 0:
+                    out[r, j] = 0
+                    continue
+                p = np.int32(np.int32(sc * clb_t) >> k)
+                if p > U8_MAX:
+                    p = U8_MAX
+                    counts[_C_SAT] += 1
+                out[r, j] = p
+
+
+def _check_path(path: str) -> int:
+    if not isinstance(path, str) or path not in _PATH_CODE:
+        raise ValueError(f"path {path!r} is not one of {', '.join(PATHS)}")
+    return _PATH_CODE[path]
+
+
+def _check_out_shift(out_shift, path: str) -> int:
+    if isinstance(out_shift, bool) or not isinstance(out_shift, (int, np.integer)) or not (
+        0 <= out_shift <= OUT_SHIFT_MAX
+    ):
+        raise ValueError(f"out_shift must be an int in [0, {OUT_SHIFT_MAX}], got {out_shift!r}")
+    if out_shift and path != "i8_div":
+        raise ValueError(f"out_shift applies only to path 'i8_div', not {path!r}")
+    return int(out_shift)
+
+
+def _check_clb_t(t) -> int:
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 1 <= t <= U8_MAX:
+        raise ValueError(f"clb_T must be an int in [1, {U8_MAX}], got {t!r}")
+    return int(t)
+
+
+def output_scale(path: str = "i16_div", out_shift: int = 0, clb_T: int = CLB_T_DEFAULT) -> float:
+    """Probability value of one output unit of ``path``: ``1/32767`` (``i16_div``),
+    ``2**out_shift / 255`` (``i8_div``), ``1/clb_T`` (``i8_clb``)."""
+    _check_path(path)
+    if path == "i16_div":
+        return 1.0 / I16_T
+    if path == "i8_div":
+        return 2.0 ** _check_out_shift(out_shift, path) / I8_T
+    return 1.0 / _check_clb_t(clb_T)
+
+
+def _int8_logits(x8) -> tuple[np.ndarray, bool]:
+    arr, was_torch = to_numpy(x8, "x8")
+    arr = np.asarray(arr)
+    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
+        raise TypeError(f"x8 has dtype {arr.dtype}; allowed: int8 (or an integer dtype with "
+                        "values in [-128, 127])")
+    if arr.ndim < 1:
+        raise ValueError("x8 must have at least one dim (rows along the last axis)")
+    if arr.dtype != np.int8:
+        if arr.size and (arr.min() < -128 or arr.max() > 127):
+            raise ValueError("x8 values must lie in the int8 range [-128, 127]")
+        arr = arr.astype(np.int8)
+    return np.ascontiguousarray(arr), was_torch
+
+
+def _row_params(v: np.ndarray, lead: tuple, name: str) -> np.ndarray:
+    try:
+        return np.ascontiguousarray(np.broadcast_to(v, lead), dtype=np.int32).reshape(-1)
+    except ValueError:
+        raise ValueError(
+            f"{name} of shape {v.shape} does not broadcast to the rows' leading shape {lead}"
+        ) from None
+
+
+def hccs_core(x8, B, S, Dmax, path: str = "i16_div", out_shift: int = 0, *,
+              clb_T: int = CLB_T_DEFAULT, mask=None, return_stats: bool = False):
+    """HCCS integer softmax surrogate on int8 logits, rows along the last axis (section 5).
+
+    Args:
+        x8: int8 logits ``(..., n)`` (numpy or CPU torch; other integer dtypes with values in
+            [-128, 127] are accepted).
+        B, S, Dmax: integer parameters, scalars or arrays broadcastable to ``x8.shape[:-1]``
+            (e.g. ``(H, 1)`` for ``x8`` of shape ``(H, L, n)``: one set per head); checked
+            with :func:`check_params` for ``n = x8.shape[-1]``.
+        path: ``"i16_div"`` (int16, unit 1/32767), ``"i8_div"`` (uint8, unit
+            ``2**out_shift/255``) or ``"i8_clb"`` (uint8, unit ``1/clb_T``, saturating).
+        out_shift: extra right shift of the ``i8_div`` output (0..16).
+        clb_T: ``i8_clb`` target scale T (1..255, default 255).
+        mask: optional bool array broadcastable to ``x8`` (True = take part); masked entries
+            give 0, a row with no visible entry gives all zeros (counted as empty).
+        return_stats: also return a :class:`HccsStats`.
+
+    Returns:
+        int16 (``i16_div``) or uint8 array of ``x8``'s shape (numpy or torch as ``x8``); with
+        ``return_stats`` a tuple ``(p, stats)``.
+
+    Raises:
+        TypeError: non-integer ``x8`` or parameters, non-bool mask.
+        ValueError: parameters violating the constraints, bad path/out_shift/clb_T, shapes.
+
+    Example::
+
+        >>> x8 = np.array([[10, 8, -20, 3]], np.int8)
+        >>> hccs_core(x8, B=4000, S=100, Dmax=20)   # s = 4000, 3800, 2000, 3300; rho = 2
+        array([[8000, 7600, 4000, 6600]], dtype=int16)
+    """
+    code = _check_path(path)
+    osh = _check_out_shift(out_shift, path)
+    ct = _check_clb_t(clb_T)
+    if not isinstance(return_stats, (bool, np.bool_)):
+        raise TypeError("return_stats must be a bool")
+    x, was_torch = _int8_logits(x8)
+    n = x.shape[-1]
+    lead = x.shape[:-1]
+    rows = x.reshape((-1, n)) if n else x.reshape((-1, 0))
+    R = rows.shape[0]
+    if n == 0:
+        out = np.zeros(x.shape, dtype=np.int16 if code == 0 else np.uint8)
+        st = HccsStats(calls=1, rows=R, empty_rows=R)
+        return _wrap(out, was_torch, st, return_stats)
+    b, s, d = check_params(B, S, Dmax, n)
+    Bv, Sv, Dv = (_row_params(v, lead, nm) for v, nm in ((b, "B"), (s, "S"), (d, "Dmax")))
+    vis = _mask_rows(mask, x.shape, rows.shape)
+    out32 = np.empty(rows.shape, dtype=np.int32)
+    counts = np.zeros(4, dtype=np.int64)
+    _hccs_rows(rows, vis, Bv, Sv, Dv, code, osh, ct, out32, counts)
+    out = out32.astype(np.int16 if code == 0 else np.uint8).reshape(x.shape)
+    st = HccsStats(calls=1, rows=R, empty_rows=int(counts[_C_EMPTY]),
+                   clipped=int(counts[_C_CLIP]), out_saturated=int(counts[_C_SAT]),
+                   rho_int16_overflow=int(counts[_C_RHO]))
+    return _wrap(out, was_torch, st, return_stats)
+
+
+def _wrap(out, was_torch, st, return_stats):
+    if was_torch:
+        import torch
+
+        out = torch.from_numpy(out)
+    return (out, st) if return_stats else out
+
+
+def _mask_rows(mask, shape, rows_shape) -> np.ndarray:
+    if mask is None:
+        return np.zeros((0, 0), dtype=np.bool_)
+    m, _ = to_numpy(mask, "mask")
+    m = np.asarray(m)
+    if m.dtype != np.bool_:
+        raise TypeError(f"mask has dtype {m.dtype}; allowed: bool (True = take part)")
+    try:
+        mb = np.broadcast_to(m, shape)
+    except ValueError:
+        raise ValueError(f"mask of shape {m.shape} does not broadcast to {shape}") from None
+    return np.ascontiguousarray(mb).reshape(rows_shape)
+
+
+# --------------------------------------------------------------------------------------------
+# Calibration
+
+
+@njit(cache=True, nogil=True)
+def _histograms(x8, vis, qref, qraw, N, M):
+    """Per-row statistics of the clamped distances for every Dmax in 0..127.
+
+    qraw[d] += mass of softmax(qref) at raw distance d (summed over rows); N[r] = visible
+    count; M[r, D] = sum over visible entries of min(m - x, D).  Returns the summed
+    ``sum q log q`` over rows.
+    """
+    R, n = x8.shape
+    cnt = np.zeros(DELTA_BINS, np.int64)
+    ent = 0.0
+    for r in range(R):
+        m = -129
+        for j in range(n):
+            if vis[r, j] and x8[r, j] > m:
+                m = np.int64(x8[r, j])
+        for d in range(DELTA_BINS):
+            cnt[d] = 0
+        nv = 0
+        for j in range(n):
+            if not vis[r, j]:
+                continue
+            d = m - np.int64(x8[r, j])
+            cnt[d] += 1
+            qv = qref[r, j]
+            qraw[d] += qv
+            if qv > 0:
+                ent += qv * np.log(qv)
+            nv += 1
+        N[r] = nv
+        # M[r, D] = sum_d cnt[d] * min(d, D); M(D) = M(D-1) + #{d >= D}
+        ge = nv - cnt[0]  # entries with d >= 1
+        acc = 0
+        M[r, 0] = 0
+        for D in range(1, DMAX_MAX + 1):
+            acc += ge
+            M[r, D] = acc
+            ge -= cnt[D]
+    return ent
+
+
+@njit(cache=True, nogil=True)
+def _groups(N, MD, width):
+    """Unique (N, M) pairs with counts (keys N * width + M, sorted)."""
+    R = N.shape[0]
+    keys = np.empty(R, np.int64)
+    for r in range(R):
+        keys[r] = N[r] * width + MD[r]
+    keys.sort()
+    Nu = np.empty(R, np.int64)
+    Mu = np.empty(R, np.int64)
+    wu = np.empty(R, np.float64)
+    u = -1
+    last = -1
+    for r in range(R):
+        if keys[r] != last:
+            u += 1
+            last = keys[r]
+            Nu[u] = keys[r] // width
+            Mu[u] = keys[r] % width
+            wu[u] = 0.0
+        wu[u] += 1.0
+    return Nu[:u + 1], Mu[:u + 1], wu[:u + 1] / R
+
+
+@njit(inline="always", cache=True)
+def _cost(qbar, tail, D, Nu, Mu, wu, B, S, objective):
+    """Mean over rows of ``- sum q log s + log Z`` (plus the constant entropy term)."""
+    c = 0.0
+    for d in range(D):
+        if qbar[d] > 0:
+            c -= qbar[d] * np.log(B - S * d)
+    if tail[D] > 0:
+        c -= tail[D] * np.log(B - S * D)
+    if objective == 0:
+        for u in range(Nu.shape[0]):
+            c += wu[u] * np.log(B * Nu[u] - S * Mu[u])
+    else:
+        for u in range(Nu.shape[0]):
+            z = B * Nu[u] - S * Mu[u]
+            c += wu[u] * (np.log(I16_T) - np.log(I16_T // z))
+    return c
+
+
+@njit(cache=True, nogil=True)
+def _ratio_opt(qbar, tail, D, Nu, Mu, wu, rmax):
+    """Minimise the ``"sum"`` objective over the real ratio ``r = S / B`` in [0, rmax] for one
+    Dmax (it depends on (B, S) only through r): a grid of RATIO_GRID points, then golden
+    section around the best.  Returns (r, cost)."""
+    g = RATIO_GRID
+    best_r = 0.0
+    best_c = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, 0.0, 0)
+    for i in range(1, g + 1):
+        r = rmax * i / g
+        c = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, r, 0)
+        if c < best_c:
+            best_c = c
+            best_r = r
+    lo = max(0.0, best_r - rmax / g)
+    hi = min(rmax, best_r + rmax / g)
+    inv_phi = 0.6180339887498949
+    a = hi - inv_phi * (hi - lo)
+    b = lo + inv_phi * (hi - lo)
+    ca = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, a, 0)
+    cb = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, b, 0)
+    for _ in range(GOLDEN_STEPS):
+        if ca < cb:
+            hi = b
+            b = a
+            cb = ca
+            a = hi - inv_phi * (hi - lo)
+            ca = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, a, 0)
+        else:
+            lo = a
+            a = b
+            ca = cb
+            b = lo + inv_phi * (hi - lo)
+            cb = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, b, 0)
+    if ca < best_c:
+        best_c = ca
+        best_r = a
+    if cb < best_c:
+        best_c = cb
+        best_r = b
+    return best_r, best_c
+
+
+@njit(cache=True, nogil=True)
+def _search(qbar, N, M, n, objective, exhaustive, refine):
+    """Grid search over integer (B, S, Dmax); returns (B, S, Dmax, cost)."""
+    lo_add = (Z_MIN + n - 1) // n
+    bmax = INT16_MAX // n
+    tail = np.zeros(DMAX_MAX + 1)
+    for D in range(DMAX_MAX + 1):
+        t = 0.0
+        for d in range(D, DELTA_BINS):
+            t += qbar[d]
+        tail[D] = t
+    width = np.int64(n) * DELTA_BINS + 1
+    best = (np.int64(bmax), np.int64(0), np.int64(1), np.inf)
+    if exhaustive:
+        for D in range(1, DMAX_MAX + 1):
+            Nu, Mu, wu = _groups(N, M[:, D], width)
+            for B in range(lo_add, bmax + 1):
+                for S in range((B - lo_add) // D + 1):
+                    c = _cost(qbar, tail, D, Nu, Mu, wu, B, S, objective)
+                    if c < best[3]:
+                        best = (np.int64(B), np.int64(S), np.int64(D), c)
+        return best
+    # 1. per Dmax, the best real ratio S / B (ranks the Dmax values)
+    ropt = np.zeros(DMAX_MAX + 1)
+    copt = np.full(DMAX_MAX + 1, np.inf)
+    for D in range(1, DMAX_MAX + 1):
+        Nu, Mu, wu = _groups(N, M[:, D], width)
+        rmax = (bmax - lo_add) / (bmax * D)
+        ropt[D], copt[D] = _ratio_opt(qbar, tail, D, Nu, Mu, wu, rmax)
+    # 2. for the best `refine` Dmax values: every B with the integers S next to ratio * B
+    order = np.argsort(copt[1:]) + 1
+    for t in range(min(refine, DMAX_MAX)):
+        D = order[t]
+        Nu, Mu, wu = _groups(N, M[:, D], width)
+        for B in range(lo_add, bmax + 1):
+            s_mid = np.int64(np.floor(ropt[D] * B))
+            s_cap = (B - lo_add) // D
+            for S in range(max(s_mid - REFINE_HALF_WIDTH + 1, 0),
+                           min(s_mid + REFINE_HALF_WIDTH, s_cap) + 1):
+                c = _cost(qbar, tail, D, Nu, Mu, wu, B, S, objective)
+                if c < best[3]:
+                    best = (np.int64(B), np.int64(S), np.int64(D), c)
+    return best
+
+
+def _head_rows(h, what: str) -> np.ndarray:
+    arr, _ = to_numpy(h, what)
+    arr = np.asarray(arr)
+    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: float logits")
+    if arr.ndim < 1:
+        raise ValueError(f"{what} must have at least one dim (rows along the last axis)")
+    a = np.asarray(arr, dtype=np.float64)
+    if np.isnan(a).any():
+        raise ValueError(f"{what} contains NaN (use -inf to mask an entry)")
+    if (a == np.inf).any():
+        raise ValueError(f"{what} contains +inf")
+    return a.reshape((-1, a.shape[-1]))
+
+
+def _quantize_logits(rows: np.ndarray, s_x: float) -> tuple[np.ndarray, np.ndarray, int]:
+    """int8 logits ``clamp(RNE(rows / s_x), -127, 127)`` (float64 quotient), visibility
+    (finite entries) and the number of clamped entries."""
+    vis = np.isfinite(rows)
+    with np.errstate(invalid="ignore"):
+        t = np.rint(np.where(vis, rows, 0.0) / s_x)
+    sat = int(((t > X8_MAX) | (t < -X8_MAX)).sum())
+    return np.clip(t, -X8_MAX, X8_MAX).astype(np.int8), vis, sat
+
+
+def _head_scale(rows: np.ndarray) -> float:
+    fin = rows[np.isfinite(rows)]
+    amax = float(np.abs(fin).max()) if fin.size else 0.0
+    return amax / X8_MAX if amax > 0 else 1.0
+
+
+def _softmax_ref(vals: np.ndarray, vis: np.ndarray) -> np.ndarray:
+    v = np.where(vis, vals, -np.inf)
+    m = v.max(axis=1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.where(vis, np.exp(v - m), 0.0)
+    z = e.sum(axis=1, keepdims=True)
+    return e / np.where(z > 0, z, 1.0)
+
+
+def _calibrate_rows(rows: np.ndarray, n: int, s_x: float | None, exhaustive: bool, refine: int,
+                    objective: str, reference: str):
+    s_x = _head_scale(rows) if s_x is None else float(s_x)
+    x8, vis, _ = _quantize_logits(rows, s_x)
+    keep = vis.any(axis=1)
+    x8, vis, rows = x8[keep], vis[keep], rows[keep]
+    if x8.shape[0] == 0:
+        raise ValueError("calibration logits have no row with a visible (finite) entry")
+    ref_vals = x8.astype(np.float64) * s_x if reference == "quantized" else rows
+    qref = _softmax_ref(ref_vals, vis)
+    R = x8.shape[0]
+    qraw = np.zeros(DELTA_BINS)
+    N = np.empty(R, np.int64)
+    M = np.empty((R, DMAX_MAX + 1), np.int64)
+    ent = _histograms(np.ascontiguousarray(x8), np.ascontiguousarray(vis),
+                      np.ascontiguousarray(qref), qraw, N, M)
+    qbar = qraw / R
+    B, S, D, c = _search(qbar, N, M, n, OBJECTIVES.index(objective), exhaustive, refine)
+    return int(B), int(S), int(D), s_x, ent / R + c
+
+
+def calibrate(logits_per_head, *, n: int | None = None, x_scales=None,
+              objective: str = "sum", reference: str = "quantized", exhaustive: bool = False,
+              refine: int = REFINE_DEFAULT) -> HccsParams:
+    """Per-head grid search of ``(B, S, Dmax)`` minimising the mean KL (section III-C, eq. 10).
+
+    For each head: ``s_x = max|logit| / 127`` over its calibration logits (or
+    ``x_scales[h]``), ``x8 = clamp(RNE(logit / s_x), -127, 127)``, then the integer
+    ``(B, S, Dmax)`` inside the constraints of :func:`check_params` minimising the mean over
+    rows of ``KL(softmax(x8 * s_x) || p_i16 / sum p_i16)`` (see the module docstring for the
+    search and the ``objective="scale"`` variant).  Ties keep the first candidate found.
+
+    Args:
+        logits_per_head: a sequence of H float arrays ``(..., n)`` (one per head; rows along
+            the last axis) or one array ``(H, ..., n)``; ``-inf`` entries are masked keys.
+        n: deployment row length for the constraints (default: the logits' last dim).
+        x_scales: optional per-head logit scales (scalar or ``(H,)``).
+        objective: ``"sum"`` (spec: ``p_i16 / sum``) or ``"scale"`` (``p_i16 / 32767``).
+        reference: ``"quantized"`` (softmax of ``x8 * s_x``, the spec) or ``"float"``
+            (softmax of the float logits).
+        exhaustive: scan the whole constrained grid instead of the coarse-then-refine search.
+        refine: number of best ``Dmax`` values refined over every ``B`` (default 4).
+
+    Returns:
+        :class:`HccsParams` with ``kl`` = the mean KL reached per head.
+
+    Raises:
+        TypeError, ValueError: non-float logits, NaN or +inf, rows of different lengths,
+        no visible entry, bad options, ``n`` outside [1, 32767].
+
+    Example::
+
+        >>> heads = [rng.normal(size=(256, 64)) for _ in range(2)]
+        >>> p = calibrate(heads)
+        >>> p.B, p.S, p.Dmax, p.kl
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if reference not in ("quantized", "float"):
+        raise ValueError(f"reference {reference!r} is not one of quantized, float")
+    if not isinstance(exhaustive, (bool, np.bool_)):
+        raise TypeError("exhaustive must be a bool")
+    if isinstance(refine, bool) or not isinstance(refine, (int, np.integer)) or refine < 1:
+        raise ValueError(f"refine must be a positive int, got {refine!r}")
+    if isinstance(logits_per_head, (list, tuple)):
+        heads = [_head_rows(h, f"logits_per_head[{i}]") for i, h in enumerate(logits_per_head)]
+    else:
+        arr, _ = to_numpy(logits_per_head, "logits_per_head")
+        if np.ndim(arr) < 2:
+            raise ValueError("logits_per_head must be (H, ..., n) or a list of (..., n) arrays")
+        heads = [_head_rows(arr[h], f"logits_per_head[{h}]") for h in range(arr.shape[0])]
+    if not heads:
+        raise ValueError("logits_per_head is empty")
+    widths = {h.shape[1] for h in heads}
+    if len(widths) != 1:
+        raise ValueError(f"every head must have the same row length, got {sorted(widths)}")
+    nn = widths.pop() if n is None else n
+    if isinstance(nn, bool) or not isinstance(nn, (int, np.integer)) or not 1 <= nn <= INT16_MAX:
+        raise ValueError(f"row length n must be an int in [1, {INT16_MAX}], got {nn!r}")
+    if x_scales is None:
+        scales = [None] * len(heads)
+    else:
+        xs = np.broadcast_to(np.asarray(x_scales, dtype=np.float64), (len(heads),))
+        if not np.all(np.isfinite(xs) & (xs > 0)):
+            raise ValueError("x_scales must be finite and > 0")
+        scales = [float(v) for v in xs]
+    res = [_calibrate_rows(h, int(nn), sc, bool(exhaustive), int(refine), objective, reference)
+           for h, sc in zip(heads, scales, strict=True)]
+    return HccsParams(B=[r[0] for r in res], S=[r[1] for r in res], Dmax=[r[2] for r in res],
+                      x_scale=[r[3] for r in res], n=int(nn), kl=[r[4] for r in res])
+
+
+# --------------------------------------------------------------------------------------------
+# Pipeline and softmax surrogate
+
+
+def _check_params_obj(params) -> HccsParams | None:
+    if params is None or isinstance(params, HccsParams):
+        return params
+    if isinstance(params, dict):
+        return HccsParams.from_dict(params)
+    raise TypeError(f"params must be HccsParams, a dict of them or None, got "
+                    f"{type(params).__name__}")
+
+
+def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = "i16_div",
+                    out_shift: int = 0, clb_T: int = CLB_T_DEFAULT, dequant: str = "scale"):
+    params = _check_params_obj(params)
+    unit = output_scale(path, out_shift, clb_T)
+    if dequant not in ("scale", "rowsum"):
+        raise ValueError(f"dequant {dequant!r} is not one of scale, rowsum")
+    H = prob.lead[-1] if prob.lead else 1
+    if params is not None and params.heads not in (1, H):
+        raise ValueError(
+            f"params has {params.heads} heads; the inputs have {H} (the last leading dim of q)"
+        )
+    Bn, Lq, Lk = prob.B, prob.Lq, prob.Lk
+    if Lk > INT16_MAX:
+        raise ValueError(f"HCCS needs rows of at most {INT16_MAX} keys, got Lk = {Lk}")
+    if params is not None and Lk and params.n != Lk:
+        check_params(params.B, params.S, params.Dmax, Lk)  # raises if invalid for this Lk
+    if Bn == 0 or Lq == 0 or Lk == 0:
+        out = np.full((Bn, Lq, prob.dv), np.nan, dtype=np.float32)
+        st = HccsStats(calls=1, rows=Bn * Lq, empty_rows=Bn * Lq)
+        return out, (st if return_stats else None)
+    q8, s_q = quantize_int8(prob.q, "q")
+    k8, s_k = quantize_int8(prob.k, "k")
+    v8, s_v = quantize_int8(prob.v, "v")
+    check_gemm_depth(prob.d, INT8_QMAX, INT8_QMAX, "q8 k8^T")
+    S32 = int_matmul(q8, np.swapaxes(k8, 1, 2), "q8 k8^T")
+    vis, add = visibility(prob)
+    c = np.float64(s_q) * np.float64(s_k) * prob.scale
+    logits = S32.astype(np.float64) * c
+    if add is not None:
+        logits = logits + add
+    logits = np.where(vis, logits, -np.inf)
+    per_head = logits.reshape((Bn // H, H, Lq, Lk))
+    vis_h = vis.reshape(per_head.shape)
+    if params is None:
+        params = _calibrate_heads(per_head, vis_h, Lk)
+
+    def head_param(a):
+        return np.broadcast_to(a, (H,)).reshape((1, H, 1))
+
+    xs = head_param(params.x_scale)[..., None]
+    with np.errstate(invalid="ignore"):
+        t = np.rint(np.where(vis_h, per_head, 0.0) / xs)
+    sat = int(((t > X8_MAX) | (t < -X8_MAX)).sum())
+    x8 = np.clip(t, -X8_MAX, X8_MAX).astype(np.int8)
+    p, st = hccs_core(x8, head_param(params.B), head_param(params.S), head_param(params.Dmax),
+                      path, out_shift, clb_T=clb_T, mask=vis_h, return_stats=True)
+    P = p.reshape((Bn, Lq, Lk)).astype(np.int64)
+    O = int_matmul(P, v8, "P v8").astype(np.float64)
+    empty = ~vis.any(axis=2)
+    if dequant == "scale":
+        out = O * (np.float64(s_v) * unit)
+    else:
+        tot = P.sum(axis=2, keepdims=True).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = O * np.float64(s_v) / tot
+    out = out.astype(np.float32)
+    out[empty] = np.nan
+    if not return_stats:
+        return out, None
+    st.logit_saturated = sat
+    st.params = [params.to_dict()]
+    return out, st
+
+
+def _calibrate_heads(per_head: np.ndarray, vis_h: np.ndarray, n: int) -> HccsParams:
+    """Calibrate every head on the call's logits; a head without any visible logit gets the
+    uniform surrogate (S = 0; its rows are NaN anyway)."""
+    H = per_head.shape[1]
+    live = [bool(vis_h[:, h].any()) for h in range(H)]
+    cal = calibrate([per_head[:, h] for h in range(H) if live[h]], n=n) if any(live) else None
+    B, S, D, xs, kl = [], [], [], [], []
+    i = 0
+    for h in range(H):
+        if live[h]:
+            B.append(cal.B[i])
+            S.append(cal.S[i])
+            D.append(cal.Dmax[i])
+            xs.append(cal.x_scale[i])
+            kl.append(cal.kl[i])
+            i += 1
+        else:
+            B.append(INT16_MAX // n)
+            S.append(0)
+            D.append(0)
+            xs.append(1.0)
+            kl.append(0.0)
+    return HccsParams(B=B, S=S, Dmax=D, x_scale=xs, n=n, kl=kl)
+
+
+def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,
+                 path: str = "i16_div", out_shift: int = 0, clb_T: int = CLB_T_DEFAULT):
+    """HCCS as a softmax surrogate on float scores (natural-log units, ``-inf`` masked).
+
+    The scores are quantised to int8 with ``params.x_scale`` (``params=None``: calibrated on
+    these scores as one head with :func:`calibrate`); a ``params`` with H > 1 heads needs
+    ``axis`` to be the last axis and ``scores.shape[-3] == H``.
+
+    Returns:
+        float32 ``p * unit`` of the scores' shape and kind (see :func:`output_scale`); masked
+        entries 0, rows without a visible entry NaN.
+
+    Raises:
+        ValueError: NaN or +inf scores, head mismatch, parameters invalid for the row length.
+
+    Example::
+
+        >>> lp.softmax(np.array([[0.0, 1.0, 2.0, -1.0]]), scheme="hccs")
+    """
+    params = _check_params_obj(params)
+    unit = output_scale(path, out_shift, clb_T)
+    rows, restore = softmax_rows(scores, axis)
+    n = rows.shape[1]
+    if np.isnan(rows).any() or (rows == np.inf).any():
+        raise ValueError("scores contain NaN or +inf (HCCS quantises them to int8)")
+    if params is None:
+        params = calibrate([rows], n=n) if n and np.isfinite(rows).any() else None
+    if params is None:
+        return restore(np.full(rows.shape, np.nan, dtype=np.float32))
+    H = params.heads
+    if H == 1:
+        head = np.zeros(rows.shape[0], dtype=np.int64)
+    else:
+        shape = np.shape(to_numpy(scores, "scores")[0])
+        ax = axis + len(shape) if axis < 0 else axis
+        if ax != len(shape) - 1 or len(shape) < 3 or shape[-3] != H:
+            raise ValueError(
+                f"params has {H} heads: scores must be (..., {H}, Lq, n) with axis = -1"
+            )
+        head = (np.arange(rows.shape[0]) // shape[-2]) % H
+    vis = np.isfinite(rows)
+    with np.errstate(invalid="ignore"):
+        t = np.rint(np.where(vis, rows.astype(np.float64), 0.0) / params.x_scale[head][:, None])
+    x8 = np.clip(t, -X8_MAX, X8_MAX).astype(np.int8)
+    p = hccs_core(x8, params.B[head], params.S[head], params.Dmax[head], path, out_shift,
+                  clb_T=clb_T, mask=vis)
+    out = (p.astype(np.float64) * unit).astype(np.float32)
+    out[~vis.any(axis=1)] = np.nan
+    return restore(out)
+
+
+def _hccs_softmax_scheme(scores, axis, **opts):
+    return hccs_softmax(scores, axis, **opts)
+
+
+register(Scheme("hccs", "int8 q k v, HCCS clipped-linear integer softmax (per-head calibrated)",
+                _hccs_attention, options=("params", "path", "out_shift", "clb_T", "dequant")))
+register(Scheme("hccs", "HCCS clipped-linear integer softmax surrogate on int8 scores",
+                _hccs_softmax_scheme, options=("params", "path", "out_shift", "clb_T"),
+                kind="softmax"))
+
+__all__ = ["hccs_core", "check_params", "calibrate", "HccsParams", "HccsStats", "hccs_softmax",
+           "output_scale", "PATHS"]
+
+from ..formats._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)
