@@ -121,4 +121,24 @@ class BapsStats(Stats):
         return d
 
 
-__all__ = ["Stats", "BapsStats"]
+# The integer schemes define their statistics next to their kernels (one module per paper);
+# they are re-exported here lazily (the kernels import this module, so no import cycle).
+_SCHEME_STATS = {
+    "IntAttentionStats": "intattention",
+    "QFlashStats": "qflash",
+    "HccsStats": "hccs",
+    "IntFlashStats": "intflash",
+    "BaselineStats": "baselines",
+}
+
+
+def __getattr__(name: str):
+    mod = _SCHEME_STATS.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"lowprec.kernels.{mod}"), name)
+
+
+__all__ = ["Stats", "BapsStats", *_SCHEME_STATS]
