@@ -12,7 +12,9 @@ Scheme ``baps`` with ``config=``:
   running max (``max_round``), offloaded max subtraction ``X~ = hif8(S - m)``, restart when a
   visible ``X~ > tau``, exact power-of-two rescaling, ``P = exp2_in_format(X, hif8, hif8)``.
 * ``naive_e2e``: the FA2 flow on HiF8 scores: ``X = hif8(hif8(S) - m)``, non-integer m, exp2 in
-  HiF8 (Table 1's "Naive E2E").
+  HiF8 (Table 1's "Naive E2E").  The HiF8 cast is non-saturating, as the paper's pipeline has
+  it: a base-2 score of magnitude >= 40960 becomes +-Inf, and a row whose max is +Inf gives NaN
+  (Inf - Inf); ``e2e_hif8`` subtracts in float32 first and is unaffected.
 
 Every float32 operation and its order is pinned in docs/design.md ("Exact float32 semantics of
 the tiled schemes"); the restart statistics are :class:`lowprec.stats.BapsStats` (section 8).

@@ -432,7 +432,10 @@ def run_engine(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, cau
     """
     B, Lq, d = q.shape
     Lk, dv = v.shape[1], v.shape[2]
-    Br, Bc = int(block_q), int(block_k)
+    # a tile larger than the sequence holds the same rows/keys as one of exactly its length
+    # (padding rows are ignored, padding keys are masked), so cap them: same results, and
+    # memory follows L, not the block size
+    Br, Bc = max(1, min(int(block_q), Lq)), max(1, min(int(block_k), Lk))
     nq = (Lq + Br - 1) // Br
     nk = (Lk + Bc - 1) // Bc
     d_pad = -(-max(d, 1) // RED) * RED

@@ -140,7 +140,12 @@ def _prepare_mask(attn_mask, lead: tuple, Lq: int, Lk: int):
     B = int(np.prod(lead, dtype=np.int64))
     if attn_mask is None:
         return None, np.zeros(B, dtype=np.int64)
-    m, _ = to_numpy(attn_mask, "attn_mask")
+    if is_torch(attn_mask) and str(attn_mask.dtype) == "torch.bool":
+        if attn_mask.device.type != "cpu":
+            raise ValueError(f"attn_mask is a torch tensor on {attn_mask.device}; pass .cpu()")
+        m = attn_mask.detach().contiguous().numpy()
+    else:
+        m, _ = to_numpy(attn_mask, "attn_mask")
     full = lead + (Lq, Lk)
     try:
         ok = np.broadcast_shapes(m.shape, full) == full

@@ -1,0 +1,614 @@
+"""INT-FlashAttention: per-token INT8 flash attention (specs/attention.md section 6; seed
+``int-flashattention.txt``, Algorithm 1 and section 3.2).
+
+Quantization (:func:`quantize_inputs`): per-token ``s_q[i] = max_d |q[i]| / 127`` (same for k),
+one scale per (batch, head) for v (the paper's "tensor-level"), ``x8 = RNE(x / s)``.
+
+Core (:func:`intflash_core`) per (batch, head), query tiles of ``block_q`` rows, key tiles of
+``block_k`` keys, ``c = fp32(scale * log2(e))``; every step is one correctly rounded float32
+operation in this order (``f16()`` = round to float16, nearest even)::
+
+    m = -inf, l = 1, acc = 0                               (float32)
+    per key tile:
+      S     = fp32(fp32(fp32(q8 k8^T) * s_q[row]) * s_k[col])
+      Y     = fp32(S * c)        (+ fp32(mask * fp32(log2 e)) with an additive mask)
+      m_new = max(m, rowmax Y)   (= max(m, rowmax(S) * c) without a mask)
+      p     = exp2(fp32(Y - m_new))                        (float32 of the float64 exp2)
+      l_t   = sum of p over the tile, left to right, float32
+      full: P8 = trunc(f16(f16(f16(p) * 127) + 0.5))      (round half up of 127 p, fp16 chain)
+            T  = fp32(fp32(fp32(P8 v8) * s_v) / 127)       (P8 v8 exact int32)
+      half: T  = sum_j fp32(f16(p_j) * v_j), left to right (v float16; products exact)
+      alpha = exp2(fp32(m - m_new));  l = fp32(fp32(l * alpha) + l_t)
+      acc   = fp32(fp32(acc * alpha) + T);  m = m_new
+    O = f16(fp32(acc / l))
+
+Choices (spec section 6; the paper's code is Triton on a GPU): the GPU's ``exp2`` and row
+sums are replaced by the correctly rounded float32 ``exp2`` and left-to-right sums (the
+hardware's approximate ``ex2`` and tree reductions are not reproducible on a CPU); the block
+sizes are parameters (the authors autotune them over 32..256; results depend on ``block_k``
+only).  Causal is correct here (bottom-right aligned, section 0): key tiles entirely in a
+query tile's future are skipped and a row's masked keys take no part; the authors' causal
+full-INT8 kernel loses the running max between its two stages and so drops every
+off-diagonal tile.  A row of a tile without a visible key is left untouched (exactly what
+processing it with ``p = 0`` gives, up to the sign of a zero ``acc``), so results do not depend
+on ``block_q``.  A row that sees no key at all gives NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit, prange
+
+from ..formats._arrays import to_numpy
+from ..stats import Stats
+from . import Scheme, register
+from .online import _exp2_float, _round_f16
+from .qflash import D_MAX
+from .tiling import LOG2E, Problem, check_block
+
+BLOCK_Q_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
+BLOCK_K_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
+INT8_QMAX = 127  # attention.md 6: symmetric int8 range [-127, 127], P8 scale 127
+BLOCK_K_MAX = (1 << 31) // (127 * 127) - 1  # int32 P8 v8 tile sums cannot wrap
+VARIANTS = ("full", "half")
+SCALE_DTYPES = ("float32", "float16")
+OUTPUTS = ("float16", "float32")
+_LOG2E_F32 = np.float32(LOG2E)
+_NINF = np.float32(-np.inf)
+_F127 = np.float32(127.0)
+_HALF = np.float32(0.5)
+_C_TILES, _C_SKIPPED, _C_RESCALES, _C_F16_OVF = range(4)
+_NCOUNT = 4
+
+
+class IntFlashInputs(NamedTuple):
+    """Quantized INT-FlashAttention inputs (:func:`quantize_inputs`).
+
+    Attributes:
+        q8, k8, v8: int8 codes of q, k, v (same shapes as the inputs).
+        s_q, s_k: float32 per-token scales ``(..., Lq)``, ``(..., Lk)``.
+        s_v: float32 per-(batch, head) scale ``(...)`` (v's leading shape).
+        saturated: ``(q, k, v)`` counts of codes clamped to [-127, 127].
+    """
+
+    q8: np.ndarray
+    k8: np.ndarray
+    v8: np.ndarray
+    s_q: np.ndarray
+    s_k: np.ndarray
+    s_v: np.ndarray
+    saturated: tuple
+
+
+def _float_input(x, what: str) -> np.ndarray:
+    arr, _ = to_numpy(x, what)
+    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: float32, float16, bfloat16, "
+                        "float64")
+    if arr.ndim < 2:
+        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
+    if arr.dtype.name == "bfloat16":
+        arr = arr.astype(np.float32)
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{what} contains NaN or Inf; INT-FlashAttention needs finite inputs")
+    return arr
+
+
+def _quantize(x: np.ndarray, axes: tuple, scale_dtype: str):
+    """Symmetric int8 codes and float32 scales with max-abs over ``axes``."""
+    if scale_dtype == "float16":
+        x16 = x.astype(np.float16)
+        if not np.isfinite(x16).all():
+            raise ValueError("input does not fit float16 (|x| > 65504) for scale_dtype "
+                             "'float16'")
+        amax = np.abs(x16).max(axis=axes, keepdims=True, initial=np.float16(0))
+        s = (amax / np.float16(INT8_QMAX)).astype(np.float16)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.rint((x16 / s).astype(np.float16)).astype(np.float64)
+    else:
+        amax = np.abs(x.astype(np.float64)).max(axis=axes, keepdims=True, initial=0.0)
+        s = (amax / INT8_QMAX).astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.rint(x.astype(np.float64) / s.astype(np.float64))
+    r = np.where(s == 0, 0.0, r)
+    sat = int(np.count_nonzero(np.abs(r) > INT8_QMAX))
+    codes = np.clip(r, -INT8_QMAX, INT8_QMAX).astype(np.int8)
+    return codes, np.squeeze(s.astype(np.float32), axis=axes), sat
+
+
+def quantize_inputs(q, k, v, *, scale_dtype: str = "float32") -> IntFlashInputs:
+    """Quantize float q, k, v as INT-FlashAttention does (spec section 6).
+
+    Per-token scales for q and k (``max_d |x[i]| / 127``), one scale per (batch, head) for v
+    (max over its last two dims), codes ``RNE(x / s)`` clamped to [-127, 127]; a zero row (or
+    zero v) gets scale 0 and codes 0.
+
+    Args:
+        q, k, v: float arrays (numpy or CPU torch) ``(..., Lq, d)``, ``(..., Lk, d)``,
+            ``(..., Lk, dv)``.
+        scale_dtype: ``"float32"`` (default: scale = float32 of the float64 ``max / 127``,
+            quotient in float64) or ``"float16"`` (the authors' torch code on float16 tensors:
+            inputs rounded to float16, scale and quotient computed in float16).
+
+    Returns:
+        :class:`IntFlashInputs` ``(q8, k8, v8, s_q, s_k, s_v, saturated)``.
+
+    Raises:
+        TypeError for non-float inputs, ValueError for NaN/Inf, bad shapes or scale_dtype.
+
+    Example::
+
+        >>> qi = quantize_inputs(q, k, v)
+        >>> o = intflash_core(*qi[:6], scale=0.125, block_q=64, block_k=64)
+    """
+    if scale_dtype not in SCALE_DTYPES:
+        raise ValueError(f"scale_dtype {scale_dtype!r} is not one of {', '.join(SCALE_DTYPES)}")
+    qa = _float_input(q, "q")
+    ka = _float_input(k, "k")
+    va = _float_input(v, "v")
+    q8, s_q, nq = _quantize(qa, (-1,), scale_dtype)
+    k8, s_k, nk = _quantize(ka, (-1,), scale_dtype)
+    v8, s_v, nv = _quantize(va, (-2, -1), scale_dtype)
+    return IntFlashInputs(q8, k8, v8, s_q, s_k, s_v, (nq, nk, nv))
+
+
+# ------------------------------------------------------------------------------------------
+# the kernel
+
+
+@njit(inline="always", cache=True)
+def _p8(p):
+    """``trunc(f16(f16(f16(p) * 127) + 0.5))`` for ``0 <= p <= 1`` (an int in [0, 127])."""
+    t = _round_f16(np.float32(p * _F127))
+    t = _round_f16(np.float32(t + _HALF))
+    return np.int64(t)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _intflash_kernel(q, kt, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br, Bc, half,
+                     round_out, out):
+    B, Lq, d = q.shape
+    Lk = kt.shape[2]
+    dv = out.shape[2]
+    nq = (Lq + Br - 1) // Br
+    nk = (Lk + Bc - 1) // Bc
+    ntask = B * nq
+    cnt = np.zeros((ntask, _NCOUNT), dtype=np.int64)
+    for task in prange(ntask):
+        b = task // nq
+        i0 = (task % nq) * Br
+        nr = min(Br, Lq - i0)
+        mb = mmap[b]
+        m = np.full(nr, _NINF, dtype=np.float32)
+        lsum = np.ones(nr, dtype=np.float32)
+        acc = np.zeros((nr, dv), dtype=np.float32)
+        sacc = np.empty(Bc, dtype=np.int64)
+        y = np.empty(Bc, dtype=np.float32)
+        p = np.empty(Bc, dtype=np.float32)
+        ti = np.empty(dv, dtype=np.int64)
+        tf = np.empty(dv, dtype=np.float32)
+        c_tiles = 0
+        c_skip = 0
+        c_resc = 0
+        c_ovf = 0
+        off = Lk - Lq
+        for t in range(nk):
+            j0 = t * Bc
+            nv = min(Bc, Lk - j0)
+            if causal and j0 > i0 + nr - 1 + off:
+                c_skip += nk - t
+                break
+            if has_mask:
+                anyvis = False
+                for r in range(nr):
+                    jl = nv
+                    if causal:
+                        jl = min(nv, i0 + r + off - j0 + 1)
+                    for jj in range(jl):
+                        if mask[mb, i0 + r, j0 + jj] != _NINF:
+                            anyvis = True
+                            break
+                    if anyvis:
+                        break
+                if not anyvis:
+                    c_skip += 1
+                    continue
+            c_tiles += 1
+            for r in range(nr):
+                i = i0 + r
+                jl = nv
+                if causal:
+                    jl = min(nv, i + off - j0 + 1)
+                if jl <= 0:
+                    continue
+                for jj in range(jl):
+                    sacc[jj] = 0
+                for kk in range(d):
+                    qv = np.int64(q[b, i, kk])
+                    for jj in range(jl):
+                        sacc[jj] += qv * kt[b, kk, j0 + jj]
+                sqi = sq[b, i]
+                rmax = _NINF
+                for jj in range(jl):
+                    sc = np.float32(np.float32(np.float32(sacc[jj]) * sqi) * sk[b, j0 + jj])
+                    yv = np.float32(sc * c)
+                    if has_mask:
+                        yv = np.float32(yv + np.float32(mask[mb, i, j0 + jj] * _LOG2E_F32))
+                    y[jj] = yv
+                    if yv > rmax:
+                        rmax = yv
+                if rmax == _NINF:
+                    continue
+                mo = m[r]
+                mn = max(mo, rmax)
+                lt = np.float32(0.0)
+                for jj in range(jl):
+                    pv = _exp2_float(np.float32(y[jj] - mn))
+                    p[jj] = pv
+                    lt = np.float32(lt + pv)
+                alpha = _exp2_float(np.float32(mo - mn))
+                if mo != _NINF and mn != mo:
+                    c_resc += 1
+                lsum[r] = np.float32(np.float32(lsum[r] * alpha) + lt)
+                if half:
+                    tf[:] = 0.0
+                    for jj in range(jl):
+                        ph = _round_f16(p[jj])
+                        if ph != 0.0:
+                            for cc in range(dv):
+                                tf[cc] = np.float32(tf[cc] + np.float32(ph * vh[b, j0 + jj, cc]))
+                    for cc in range(dv):
+                        acc[r, cc] = np.float32(np.float32(acc[r, cc] * alpha) + tf[cc])
+                else:
+                    ti[:] = 0
+                    for jj in range(jl):
+                        pq = _p8(p[jj])
+                        if pq != 0:
+                            for cc in range(dv):
+                                ti[cc] += pq * v8[b, j0 + jj, cc]
+                    svb = sv[b]
+                    for cc in range(dv):
+                        tv = np.float32(np.float32(np.float32(ti[cc]) * svb) / _F127)
+                        acc[r, cc] = np.float32(np.float32(acc[r, cc] * alpha) + tv)
+                m[r] = mn
+        for r in range(nr):
+            i = i0 + r
+            if m[r] == _NINF:
+                for cc in range(dv):
+                    out[b, i, cc] = np.nan
+                continue
+            for cc in range(dv):
+                o = np.float32(acc[r, cc] / lsum[r])
+                if round_out:
+                    oh = _round_f16(o)
+                    if math.isinf(oh) and not math.isinf(o):
+                        c_ovf += 1
+                    o = oh
+                out[b, i, cc] = o
+        cnt[task, _C_TILES] = c_tiles
+        cnt[task, _C_SKIPPED] = c_skip
+        cnt[task, _C_RESCALES] = c_resc
+        cnt[task, _C_F16_OVF] = c_ovf
+    return cnt
+
+
+# ------------------------------------------------------------------------------------------
+# statistics
+
+
+@dataclass
+class IntFlashStats(Stats):
+    """Tile and saturation statistics of INT-FlashAttention (specs/attention.md 6 and 8).
+
+    Per call, one int64 array ``(B,)`` per tile counter (leading dims flattened into ``B``):
+
+    Attributes:
+        tiles: (query tile, key tile) pairs computed.
+        skipped_tiles: pairs skipped because no key of the tile is visible (causal / mask).
+        rescales: (row, tile) steps in which a finite running max grew.
+        fp16_overflows: output elements that overflowed float16 (became +-inf).
+        saturated: per call, ``(q, k, v)`` int8 codes clamped by the quantizer (pipeline
+            calls; ``(0, 0, 0)`` for core calls).
+        calls: number of calls merged.
+    """
+
+    tiles: list = field(default_factory=list)
+    skipped_tiles: list = field(default_factory=list)
+    rescales: list = field(default_factory=list)
+    fp16_overflows: list = field(default_factory=list)
+    saturated: list = field(default_factory=list)
+    calls: int = 0
+
+    _per_entry = ("tiles", "skipped_tiles", "rescales", "fp16_overflows")
+    _derived = ("total_tiles", "total_skipped_tiles", "total_rescales",
+                "total_fp16_overflows", "total_saturated")
+
+    def merge(self, other: IntFlashStats) -> IntFlashStats:
+        kw = {n: getattr(self, n) + getattr(other, n) for n in self._per_entry}
+        return IntFlashStats(**kw, saturated=self.saturated + other.saturated,
+                             calls=self.calls + other.calls)
+
+    def _total(self, name: str) -> int:
+        return int(sum(int(a.sum()) for a in getattr(self, name)))
+
+    @property
+    def total_tiles(self) -> int:
+        """Tiles computed over everything recorded."""
+        return self._total("tiles")
+
+    @property
+    def total_skipped_tiles(self) -> int:
+        """Tiles skipped over everything recorded."""
+        return self._total("skipped_tiles")
+
+    @property
+    def total_rescales(self) -> int:
+        """Running-max increases over everything recorded."""
+        return self._total("rescales")
+
+    @property
+    def total_fp16_overflows(self) -> int:
+        """float16 output overflows over everything recorded."""
+        return self._total("fp16_overflows")
+
+    @property
+    def total_saturated(self) -> int:
+        """Clamped int8 input codes over everything recorded."""
+        return int(sum(sum(t) for t in self.saturated))
+
+
+# ------------------------------------------------------------------------------------------
+# the core
+
+
+def _int8(x, what: str) -> np.ndarray:
+    arr, _ = to_numpy(x, what)
+    if arr.dtype != np.int8:
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: int8")
+    if arr.ndim < 2:
+        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
+    return arr
+
+
+def _scales(x, what: str, shape: tuple) -> np.ndarray:
+    arr, _ = to_numpy(x, what)
+    if arr.dtype.kind != "f":
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: float32, float16, float64 "
+                        "(rounded to float32)")
+    a = np.asarray(arr, dtype=np.float32)
+    if not (np.isfinite(a).all() and (a >= 0).all()):
+        raise ValueError(f"{what} must be finite and >= 0")
+    try:
+        return np.ascontiguousarray(np.broadcast_to(a, shape))
+    except ValueError:
+        raise ValueError(f"{what} of shape {a.shape} does not broadcast to {shape}") from None
+
+
+def _mask_planes(mask, lead: tuple, Lq: int, Lk: int):
+    B = int(np.prod(lead, dtype=np.int64))
+    if mask is None:
+        return np.zeros((1, 0, 0), dtype=np.float32), np.zeros(B, dtype=np.int64), False
+    arr, _ = to_numpy(mask, "mask")
+    if arr.dtype == np.bool_:
+        arr = np.where(arr, np.float32(0), np.float32(-np.inf))
+    elif arr.dtype.kind != "f":
+        raise TypeError(f"mask has dtype {arr.dtype}; allowed: bool (True = attend) or float "
+                        "(additive, natural-log units, -inf = masked)")
+    arr = np.asarray(arr, dtype=np.float32)
+    if np.isnan(arr).any() or (arr == np.inf).any():
+        raise ValueError("mask contains NaN or +inf; use -inf to mask a key")
+    full = lead + (Lq, Lk)
+    try:
+        ok = np.broadcast_shapes(arr.shape, full) == full
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"mask of shape {arr.shape} does not broadcast to {full}")
+    arr = arr.reshape((1,) * (len(full) - arr.ndim) + arr.shape)
+    mlead = arr.shape[:-2]
+    idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
+    mmap = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
+    planes = np.ascontiguousarray(np.broadcast_to(arr, mlead + (Lq, Lk))).reshape((-1, Lq, Lk))
+    return planes, mmap, True
+
+
+def _writable(a: np.ndarray, dtype) -> np.ndarray:
+    """``a`` as a writable C-contiguous array of ``dtype`` (read-only views, e.g. from
+    ``np.broadcast_to``, would give the Numba kernel a second signature to compile)."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    return a if a.flags.writeable else a.copy()
+
+
+def _run(q8, k8, v8, vh, sq, sk, sv, scale, Br, Bc, causal, half, planes, mmap, has_mask,
+         round_out=True):
+    """Flat validated arrays -> (float32 out holding float16 values, counters (B, _NCOUNT))."""
+    B, Lq, _ = q8.shape
+    dv = vh.shape[2] if half else v8.shape[2]
+    qi = np.ascontiguousarray(q8, dtype=np.int32)
+    kt = np.ascontiguousarray(np.transpose(k8, (0, 2, 1)), dtype=np.int32)
+    c = np.float32(float(scale) * LOG2E)
+    out = np.empty((B, Lq, dv), dtype=np.float32)
+    w = _writable
+    cnt = _intflash_kernel(qi, kt, w(v8, np.int32), w(vh, np.float32), w(sq, np.float32),
+                           w(sk, np.float32), w(sv, np.float32), c, w(planes, np.float32),
+                           w(mmap, np.int64), has_mask, causal, Br, Bc, half, round_out, out)
+    nq = -(-Lq // Br)
+    return out, cnt.reshape(B, nq, _NCOUNT).sum(axis=1)
+
+
+def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_Q_DEFAULT,
+                  block_k: int = BLOCK_K_DEFAULT, causal: bool = False, variant: str = "full",
+                  *, mask=None, output: str = "float16", return_stats: bool = False):
+    """INT-FlashAttention Algorithm 1 on quantized inputs -> float16 output (spec section 6).
+
+    The float32/float16 operations and their order are listed in the module docstring; they
+    are emulated bit for bit (float16 rounding on the bits, nearest even).
+
+    Args:
+        q8, k8: int8 ``(..., Lq, d)``, ``(..., Lk, d)``.
+        v8: int8 ``(..., Lk, dv)`` for ``variant="full"``; for ``variant="half"`` the float16
+            values ``v`` themselves (float16 array).
+        s_q, s_k: per-token scales broadcastable to ``(..., Lq)`` and ``(..., Lk)`` (float32).
+        s_v: per-(batch, head) scale broadcastable to the leading shape (ignored, may be
+            None, for ``"half"``).
+        scale: softmax scale (``c = fp32(scale * log2 e)``).
+        block_q, block_k: tile sizes (results depend on ``block_k`` only).
+        causal: bottom-right aligned causal mask (key ``j > i + Lk - Lq`` masked).
+        variant: ``"full"`` (int8 P and v) or ``"half"`` (v float16, ``P = f16(p)``).
+        mask: optional boolean (True = attend) or additive float mask (natural-log units, -inf
+            = masked) broadcastable to ``(..., Lq, Lk)``.
+        output: ``"float16"`` (the kernel's output) or ``"float32"`` (``fp32(acc / l)`` before
+            the final float16 rounding; for analysis and tests).
+        return_stats: also return an :class:`IntFlashStats`.
+
+    Returns:
+        float16 (or float32, see ``output``) ``(..., Lq, dv)`` (and the stats).  Rows that see
+        no key are NaN.
+
+    Raises:
+        TypeError for wrong dtypes, ValueError for shape mismatches, negative/non-finite
+        scales, a bad variant, ``d > 131071`` or ``block_k > 133143`` (int32 sums could wrap).
+
+    Example::
+
+        >>> qi = quantize_inputs(q, k, v)
+        >>> o16 = intflash_core(qi.q8, qi.k8, qi.v8, qi.s_q, qi.s_k, qi.s_v, 0.125, 64, 64)
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
+    if output not in OUTPUTS:
+        raise ValueError(f"output {output!r} is not one of {', '.join(OUTPUTS)}")
+    half = variant == "half"
+    qa = _int8(q8, "q8")
+    ka = _int8(k8, "k8")
+    if half:
+        va, _ = to_numpy(v8, "v8")
+        if va.dtype != np.float16:
+            raise TypeError(f"v8 has dtype {va.dtype}; variant 'half' takes the float16 values "
+                            "of v")
+        if va.ndim < 2:
+            raise ValueError(f"v8 must have shape (..., Lk, dv), got {va.shape}")
+        if not np.isfinite(va).all():
+            raise ValueError("v8 contains NaN or Inf")
+    else:
+        va = _int8(v8, "v8")
+    if qa.shape[-1] != ka.shape[-1]:
+        raise ValueError(f"q8 and k8 must have the same last dim d, got {qa.shape} and "
+                         f"{ka.shape}")
+    if ka.shape[-2] != va.shape[-2]:
+        raise ValueError(f"k8 and v8 must have the same length Lk, got {ka.shape} and "
+                         f"{va.shape}")
+    if qa.shape[-1] > D_MAX:
+        raise ValueError(f"d = {qa.shape[-1]} > {D_MAX}: int8 dot products could wrap int32")
+    try:
+        lead = tuple(np.broadcast_shapes(qa.shape[:-2], ka.shape[:-2], va.shape[:-2]))
+    except ValueError:
+        raise ValueError(f"leading dims of q8 {qa.shape}, k8 {ka.shape}, v8 {va.shape} do not "
+                         "broadcast") from None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
+    if not math.isfinite(float(scale)):
+        raise ValueError(f"scale must be finite, got {scale}")
+    Br = check_block(block_q, "block_q")
+    Bc = check_block(block_k, "block_k")
+    if Bc > BLOCK_K_MAX:
+        raise ValueError(f"block_k = {Bc} > {BLOCK_K_MAX}: int32 tile sums of P8 v8 could wrap")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if not isinstance(return_stats, (bool, np.bool_)):
+        raise TypeError("return_stats must be a bool")
+    Lq, d = qa.shape[-2:]
+    Lk, dv = va.shape[-2:]
+    B = int(np.prod(lead, dtype=np.int64))
+    sq = _scales(s_q, "s_q", lead + (Lq,)).reshape(B, Lq)
+    sk = _scales(s_k, "s_k", lead + (Lk,)).reshape(B, Lk)
+    if half:
+        sv = np.zeros(B, dtype=np.float32)
+    else:
+        if s_v is None:
+            raise ValueError("s_v is required for variant 'full'")
+        sv = _scales(s_v, "s_v", lead).reshape(B)
+
+    def flat(a, L, D, dt):
+        return np.ascontiguousarray(np.broadcast_to(a, lead + (L, D)), dtype=dt).reshape(
+            (-1, L, D))
+
+    if half:
+        v8f = np.zeros((1, 0, 0), dtype=np.int32)
+        vhf = flat(va, Lk, dv, np.float32)
+    else:
+        v8f = flat(va, Lk, dv, np.int32)
+        vhf = np.zeros((1, 0, 0), dtype=np.float32)
+    planes, mmap, has_mask = _mask_planes(mask, lead, Lq, Lk)
+    out, cnt = _run(flat(qa, Lq, d, np.int8), flat(ka, Lk, d, np.int8), v8f, vhf, sq, sk, sv,
+                    scale, Br, Bc, bool(causal), half, planes, mmap, has_mask,
+                    output == "float16")
+    res = out.astype(np.dtype(output)).reshape(lead + (Lq, dv))
+    if return_stats:
+        return res, _stats(cnt, (0, 0, 0))
+    return res
+
+
+def _stats(cnt: np.ndarray, saturated: tuple) -> IntFlashStats:
+    return IntFlashStats(tiles=[np.ascontiguousarray(cnt[:, _C_TILES])],
+                         skipped_tiles=[np.ascontiguousarray(cnt[:, _C_SKIPPED])],
+                         rescales=[np.ascontiguousarray(cnt[:, _C_RESCALES])],
+                         fp16_overflows=[np.ascontiguousarray(cnt[:, _C_F16_OVF])],
+                         saturated=[tuple(int(x) for x in saturated)], calls=1)
+
+
+# ------------------------------------------------------------------------------------------
+# the float pipeline (scheme "intflash")
+
+
+def _intflash(prob: Problem, return_stats: bool, block_q: int = BLOCK_Q_DEFAULT,
+              block_k: int = BLOCK_K_DEFAULT, variant: str = "full",
+              scale_dtype: str = "float32"):
+    if variant not in VARIANTS:
+        raise ValueError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
+    Br = check_block(block_q, "block_q")
+    Bc = check_block(block_k, "block_k")
+    if Bc > BLOCK_K_MAX:
+        raise ValueError(f"block_k = {Bc} > {BLOCK_K_MAX}: int32 tile sums of P8 v8 could wrap")
+    if prob.d > D_MAX:
+        raise ValueError(f"d = {prob.d} > {D_MAX}: int8 dot products could wrap int32")
+    qi = quantize_inputs(prob.q, prob.k, prob.v, scale_dtype=scale_dtype)
+    half = variant == "half"
+    B = prob.B
+    if half:
+        with np.errstate(over="ignore"):
+            vh = prob.v.astype(np.float16)
+        if not np.isfinite(vh).all():
+            raise ValueError("v does not fit float16 (|v| > 65504) for variant 'half'")
+        v8f = np.zeros((1, 0, 0), dtype=np.int32)
+        vhf = vh.astype(np.float32)
+        sat = (qi.saturated[0], qi.saturated[1], 0)
+    else:
+        v8f = qi.v8.astype(np.int32)
+        vhf = np.zeros((1, 0, 0), dtype=np.float32)
+        sat = qi.saturated
+    has_mask = prob.mask is not None
+    planes = prob.mask if has_mask else np.zeros((1, 0, 0), dtype=np.float32)
+    out, cnt = _run(qi.q8, qi.k8, v8f, vhf, qi.s_q.reshape(B, prob.Lq),
+                    qi.s_k.reshape(B, prob.Lk), qi.s_v.reshape(B), prob.scale, Br, Bc,
+                    prob.causal, half, planes, prob.mask_map, has_mask)
+    return out, (_stats(cnt, sat) if return_stats else None)
+
+
+register(Scheme(
+    "intflash",
+    "INT-FlashAttention: per-token int8 q/k, int8 (full) or fp16 (half) v, float32 softmax",
+    _intflash,
+    options=("block_q", "block_k", "variant", "scale_dtype"),
+))
+
+__all__ = ["IntFlashInputs", "IntFlashStats", "quantize_inputs", "intflash_core",
+           "BLOCK_Q_DEFAULT", "BLOCK_K_DEFAULT", "VARIANTS"]
+
+from ..formats._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)

@@ -1,0 +1,951 @@
+"""QFlash: integer-only FlashAttention (specs/attention.md section 4; seed ``qflash.txt``,
+Algorithm 1, Algorithm 2, equations 5-10 and 14-16, appendix B).
+
+Everything between the int8 inputs and the int8 output is integer arithmetic:
+
+* host constants (:func:`host_constants`, per-tensor scales only, one scale for every batch
+  entry and head): ``s_x = max|x| / 127``; ``s = scale * log2(e) * s_q * s_k`` (the value of one
+  score unit in base 2); ``R = round(1 / s)`` (the integer "1.0", eq. 7);
+  ``exp_M = round(-s * 2**16)`` (eq. 16); ``req_M = round(127 * s * 2**16)`` (eq. 10);
+  ``l_M = acc_M = round(2**30 / R)`` (ScaleRelease, eq. 14); ``x8 = clamp(RNE(x / s_x), -128,
+  127)`` (eq. 2);
+* :func:`shift_exp2` (Algorithm 2): ``q = (x * exp_M) >> 16``, ``r = x + q * R``,
+  ``y = ((r >> 1) + R) >> q``, i.e. ``R * 2**(s x)`` with the linear fractional part of eq. 7;
+* :func:`requant` (eq. 10): ``int8_wrap((p * req_M + 2**15) >> 16)``: ``R`` becomes ``127``;
+* :func:`scale_release` (eq. 14): ``int32((int64(x) * alpha * M + 2**29) >> 30)``;
+* :func:`qflash_core`: Algorithm 1 per query row over key tiles of ``block_k``.
+
+Integer semantics: every int32 step wraps (two's complement) like the GPU kernel, ScaleRelease
+is int64 inside, ``>>`` is arithmetic, and a shift by a count outside ``[0, 31]`` gives what
+the GPU's clamped shift gives (``0`` for a non-negative operand, ``-1`` for a negative one).
+Hazards are counted rather than hidden (:class:`QFlashStats`): ``exp_M == 0`` (``s < 2**-17``:
+no range reduction, accuracy collapses), int32 overflow of ``x * exp_M``, ``requant`` of a
+value that leaves int8 (``p = R`` can give 128 and wrap to -128), any other int32 wrap, and
+int8 wrap of the output, a zero denominator, and negative ShiftExp2 results (the multiply-shift
+quotient falling short for large ``|x|``).  ``on_hazard="raise"`` turns any of them into
+:class:`QFlashHazardError`.
+
+Choices (spec section 4 and the authors' published kernel; every one a parameter where a user
+could want the other): ``m_init = -2**20`` (the code; the paper's Algorithm 1 says ``-2**21``);
+``l`` starts at 1 (the code; the paper says 0); the key tile is ``block_k = 32`` (the authors'
+fixed configuration); every key tile is visited for every query row, fully masked ones
+included (the authors' masked kernel), so the result does not depend on a query tile size and
+there is no ``block_q``; padded keys of a partial last tile score ``-2**20`` and their ``P8``
+counts in ``l`` (as in the authors' kernel); masks are the int32 additive ``bias`` of the
+authors' masked kernel, ``-2**20`` (:data:`MASK_BIAS`) for a masked key; the final division is
+``trunc(fp32(acc) / fp32(l))`` with the GPU's saturating float-to-int conversion (NaN -> 0),
+then int8 wrap.  A query row that sees no key has no meaningful integer output; the float
+pipeline returns NaN for it.
+
+Host arithmetic differs from the authors' torch code in one documented way: scales and
+``x / s_x`` are computed in float64 from the float32 inputs (the authors use the input dtype,
+e.g. float16); constants use Python's ``round`` (ties to even) on float64, as theirs does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from numba import njit, prange
+
+from ..formats._arrays import to_numpy
+from ..stats import Stats
+from . import Scheme, register
+from .tiling import LOG2E, Problem, causal_visible, check_block
+
+SHIFT_EXP = 16  # attention.md 4 / Alg. 2 eq. 16: fixed-point bits of exp_M and req_M
+SHIFT_RELEASE = 30  # attention.md 4: fixed-point bits of l_M and acc_M (ScaleRelease)
+BLOCK_K_DEFAULT = 32  # attention.md 4: the authors' fixed key tile (BLOCK_N = 32)
+M_INIT_DEFAULT = -(1 << 20)  # attention.md 4: the authors' code (Alg. 1 line 6 says -2**21)
+MASK_BIAS = -(1 << 20)  # int32 score of a padded key / bias of a masked key (authors' NEG_INF)
+INT8_QMAX = 127  # eq. 2: 2**(b-1) - 1 for b = 8
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+D_MAX = (1 << 31) // (128 * 128) - 1  # largest d whose int8 dot products cannot wrap int32
+HAZARD_POLICIES = ("count", "raise")
+
+# counter columns of the kernel (per batch entry)
+(_C_TILES, _C_RESCALES, _C_EXP_OVF, _C_REQ_WRAP, _C_I32_WRAP, _C_OUT_WRAP, _C_ZERO_DEN,
+ _C_NEG_EXP) = range(8)
+_NCOUNT = 8
+_ROWS_PER_TASK = 16
+
+
+class QFlashHazardError(ValueError, ArithmeticError):
+    """Raised by the ``qflash`` scheme with ``on_hazard="raise"`` when an integer hazard of
+    specs/attention.md section 4 occurred (the message lists the counts)."""
+
+
+# ------------------------------------------------------------------------------------------
+# host constants
+
+
+@dataclass(frozen=True)
+class QFlashConstants:
+    """The host-side constants of one QFlash call (spec section 4).
+
+    Attributes:
+        s_q, s_k, s_v: per-tensor scales ``max|x| / 127`` (1.0 for an all-zero tensor, whose
+            codes are 0 whatever the scale).
+        scale: the softmax scale.
+        s: ``scale * log2(e) * s_q * s_k``, one score unit in base-2 exponent units.
+        R: ``round(1 / s)``, the integer that represents 1.0 (eq. 7).
+        exp_M: ``round(-s * 2**16)`` (eq. 16); 0 is a hazard (no range reduction).
+        req_M: ``round(127 * s * 2**16)`` (eq. 10).
+        l_M, acc_M: ``round(2**30 / R)`` (ScaleRelease multipliers, eq. 14).
+    """
+
+    s_q: float
+    s_k: float
+    s_v: float
+    scale: float
+    s: float
+    R: int
+    exp_M: int
+    req_M: int
+    l_M: int
+    acc_M: int
+
+    @classmethod
+    def from_scales(cls, s_q: float, s_k: float, s_v: float, scale: float) -> QFlashConstants:
+        """Constants from given scales (float64 arithmetic, Python ``round`` = ties to even).
+
+        Raises ValueError when a scale is not finite and positive, or when ``R`` does not fit
+        ``[1, 2**31 - 1]`` (``s > 2`` or ``s < 2**-31``: the int32 hazards of the spec).
+
+        Example::
+
+            >>> c = QFlashConstants.from_scales(4 / 127, 4 / 127, 4 / 127, 0.125)
+            >>> c.R, c.exp_M
+            (5590, -12)
+        """
+        vals = {"s_q": s_q, "s_k": s_k, "s_v": s_v, "scale": scale}
+        for name, val in vals.items():
+            if isinstance(val, bool) or not isinstance(val, (int, float, np.integer,
+                                                             np.floating)):
+                raise TypeError(f"{name} must be a real number, got {type(val).__name__}")
+            if not (math.isfinite(float(val)) and float(val) > 0):
+                raise ValueError(f"{name} must be finite and > 0, got {val}")
+        s = float(scale) * LOG2E * (float(s_q) * float(s_k))
+        inv = 1.0 / s
+        if not inv >= 0.5 or not math.isfinite(inv):
+            raise ValueError(
+                f"score unit s = {s:.6g} > 2 gives R = round(1/s) = 0; QFlash needs "
+                "s <= 2 (smaller q/k magnitudes or scale)")
+        R = round(inv)
+        if R > INT32_MAX:
+            raise ValueError(
+                f"score unit s = {s:.6g} < 2**-31 gives R = round(1/s) = {R}, which does not "
+                "fit int32")
+        exp_M = round(-s * (1 << SHIFT_EXP))
+        req_M = round(INT8_QMAX * s * (1 << SHIFT_EXP))
+        l_M = round((1 << SHIFT_RELEASE) / R)
+        return cls(float(s_q), float(s_k), float(s_v), float(scale), s, int(R), int(exp_M),
+                   int(req_M), int(l_M), int(l_M))
+
+    @property
+    def exp_M_zero(self) -> bool:
+        """True when ``exp_M == 0`` (``s < 2**-17``): ShiftExp2 does no range reduction."""
+        return self.exp_M == 0
+
+    def to_dict(self) -> dict:
+        """The constants as a JSON-ready dict."""
+        return asdict(self)
+
+
+def _float_array(x, what: str) -> np.ndarray:
+    arr, _ = to_numpy(x, what)
+    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: float32, float16, bfloat16, "
+                        "float64")
+    a = np.asarray(arr, dtype=np.float64)
+    if not np.isfinite(a).all():
+        raise ValueError(f"{what} contains NaN or Inf; QFlash needs finite inputs")
+    return a
+
+
+def _tensor_scale(a: np.ndarray) -> float:
+    amax = float(np.max(np.abs(a))) if a.size else 0.0
+    return amax / INT8_QMAX if amax > 0 else 1.0
+
+
+def host_constants(q, k, v, scale: float | None = None) -> QFlashConstants:
+    """Per-tensor scales and integer constants of a QFlash call (spec section 4, eq. 2).
+
+    Args:
+        q, k, v: float arrays (numpy or CPU torch) ``(..., Lq, d)``, ``(..., Lk, d)``,
+            ``(..., Lk, dv)``; one scale per tensor over every batch entry and head.
+        scale: softmax scale, default ``1 / sqrt(d)``.
+
+    Returns:
+        :class:`QFlashConstants`.
+
+    Raises:
+        TypeError for non-float inputs; ValueError for NaN/Inf inputs or when ``R`` does not
+        fit int32 (see :meth:`QFlashConstants.from_scales`).
+
+    Example::
+
+        >>> c = host_constants(q, k, v)
+        >>> q8 = quantize_int8(q, c.s_q)
+    """
+    qa = _float_array(q, "q")
+    ka = _float_array(k, "k")
+    va = _float_array(v, "v")
+    if qa.ndim < 2 or ka.ndim < 2:
+        raise ValueError(f"q and k must have shape (..., L, d), got {qa.shape} and {ka.shape}")
+    if scale is None:
+        d = qa.shape[-1]
+        if d == 0:
+            raise ValueError("head dimension d is 0: give an explicit scale")
+        scale = 1.0 / math.sqrt(d)
+    return QFlashConstants.from_scales(_tensor_scale(qa), _tensor_scale(ka), _tensor_scale(va),
+                                       scale)
+
+
+def quantize_int8(x, s: float, *, return_saturated: bool = False):
+    """``clamp(RNE(x / s), -128, 127)`` as int8 (eq. 2; float64 quotient).
+
+    Args:
+        x: float array (numpy or CPU torch).
+        s: positive finite scale (e.g. ``host_constants(...).s_q``).
+        return_saturated: also return how many values were clamped.
+
+    Returns:
+        int8 array of ``x``'s shape (and the clamp count).
+
+    Example::
+
+        >>> quantize_int8(np.array([1.0, -0.5]), 1 / 127)
+        array([ 127, -64], dtype=int8)
+    """
+    a = _float_array(x, "x")
+    s = float(s)
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(f"scale s must be finite and > 0, got {s}")
+    r = np.rint(a / s)
+    sat = int(np.count_nonzero((r > 127) | (r < -128)))
+    out = np.clip(r, -128, 127).astype(np.int8)
+    return (out, sat) if return_saturated else out
+
+
+# ------------------------------------------------------------------------------------------
+# scalar integer primitives (int64 holding int32 values)
+
+
+@njit(inline="always", cache=True)
+def _wrap32(x):
+    return ((x + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+
+
+@njit(inline="always", cache=True)
+def _wrap8(x):
+    return ((x + 128) & 0xFF) - 128
+
+
+@njit(inline="always", cache=True)
+def _ashr(a, n):
+    """Arithmetic shift of an int32 value with the GPU's clamped count: a count outside
+    [0, 31] fills with the sign."""
+    if n < 0 or n > 31:
+        return -1 if a < 0 else 0
+    return a >> n
+
+
+@njit(inline="always", cache=True)
+def _tdiv(a, b):
+    """C (truncating) integer division, b != 0."""
+    qq = abs(a) // abs(b)
+    return -qq if (a < 0) != (b < 0) else qq
+
+
+@njit(inline="always", cache=True)
+def _shexp(x, R, exp_M, division):
+    """ShiftExp2 of an int32 ``x``: ``(y, overflow of x * exp_M, other int32 wraps)``."""
+    ovf = 0
+    wr = 0
+    if division:
+        nx = _wrap32(-x)
+        if nx != -x:
+            wr += 1
+        q = _tdiv(nx, R)
+    else:
+        prod = x * exp_M
+        w = _wrap32(prod)
+        if w != prod:
+            ovf = 1
+        q = w >> SHIFT_EXP
+    t = q * R
+    qr = _wrap32(t)
+    if qr != t:
+        wr += 1
+    t = x + qr
+    r = _wrap32(t)
+    if r != t:
+        wr += 1
+    t = (r >> 1) + R
+    u = _wrap32(t)
+    if u != t:
+        wr += 1
+    return _ashr(u, q), ovf, wr
+
+
+@njit(inline="always", cache=True)
+def _requant(p, req_M):
+    """``(int8 value, wrapped to int8, other int32 wraps)``."""
+    wr = 0
+    t = p * req_M
+    a = _wrap32(t)
+    if a != t:
+        wr += 1
+    t = a + (1 << (SHIFT_EXP - 1))
+    b = _wrap32(t)
+    if b != t:
+        wr += 1
+    c = b >> SHIFT_EXP
+    y = _wrap8(c)
+    return y, (1 if y != c else 0), wr
+
+
+@njit(inline="always", cache=True)
+def _release(x, alpha, M):
+    """ScaleRelease: int64 product (wrapping), rounding shift by 30, int32 wrap."""
+    t = np.int64(x) * np.int64(alpha)
+    t = t * np.int64(M)
+    t = t + np.int64(1 << (SHIFT_RELEASE - 1))
+    t = t >> SHIFT_RELEASE
+    y = _wrap32(t)
+    return y, (1 if y != t else 0)
+
+
+@njit(inline="always", cache=True)
+def _f32_to_i32(v):
+    """float32 -> int32 toward zero, saturating, NaN -> 0 (the GPU's cvt.rzi.s32.f32)."""
+    if v != v:
+        return 0
+    if v >= 2147483648.0:
+        return INT32_MAX
+    if v < -2147483648.0:
+        return INT32_MIN
+    return np.int64(v)
+
+
+# ------------------------------------------------------------------------------------------
+# elementwise kernels behind the public primitives
+
+
+@njit(cache=True, nogil=True)
+def _shift_exp2_arr(x, R, exp_M, division, out):
+    for i in range(x.size):
+        y, _, _ = _shexp(np.int64(x[i]), R, exp_M, division)
+        out[i] = y
+
+
+@njit(cache=True, nogil=True)
+def _requant_arr(p, req_M, out):
+    for i in range(p.size):
+        y, _, _ = _requant(np.int64(p[i]), req_M)
+        out[i] = y
+
+
+@njit(cache=True, nogil=True)
+def _release_arr(x, alpha, M, out):
+    for i in range(x.size):
+        y, _ = _release(np.int64(x[i]), np.int64(alpha[i]), M)
+        out[i] = y
+
+
+def _int32_array(x, what: str) -> np.ndarray:
+    arr, _ = to_numpy(x, what)
+    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: integer dtypes holding int32 "
+                        "values")
+    if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
+        raise ValueError(f"{what} has values outside int32 [-2**31, 2**31 - 1]")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _int32_scalar(x, what: str, lo: int = INT32_MIN) -> int:
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, got {type(x).__name__}")
+    if not lo <= int(x) <= INT32_MAX:
+        raise ValueError(f"{what} = {x} is outside [{lo}, 2**31 - 1]")
+    return int(x)
+
+
+def _check_bool(x, what: str) -> bool:
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{what} must be a bool, got {type(x).__name__}")
+    return bool(x)
+
+
+def shift_exp2(x, R: int, exp_M: int, division: bool = False) -> np.ndarray:
+    """Integer base-2 exponential of Algorithm 2: ``y ~ R * 2**(s * x)`` for ``x <= 0``.
+
+    ``q = (x * exp_M) >> 16`` (or ``q = (-x) // R`` with ``division=True``, eq. 15, C
+    truncation), ``r = x + q * R``, ``y = ((r >> 1) + R) >> q``; int32 wrapping throughout,
+    arithmetic shifts, a shift count outside ``[0, 31]`` gives 0 (or -1 for a negative operand).
+    Positive ``x`` goes through the same integer formula (it is meant for ``x <= 0``).
+
+    Args:
+        x: integer array (values in int32).
+        R: ``round(1 / s)``, 1 <= R < 2**31.
+        exp_M: ``round(-s * 2**16)``, int32.
+        division: compute ``q`` by integer division instead of the multiply-shift.
+
+    Returns:
+        int32 array of ``x``'s shape.
+
+    Example::
+
+        >>> shift_exp2(np.array([0, -100, -5590]), 5590, -12)
+        array([5590, 5540, 2795], dtype=int32)
+    """
+    xa = _int32_array(x, "x")
+    R = _int32_scalar(R, "R", lo=1)
+    exp_M = _int32_scalar(exp_M, "exp_M")
+    division = _check_bool(division, "division")
+    out = np.empty(xa.shape, dtype=np.int32)
+    _shift_exp2_arr(xa.reshape(-1), R, exp_M, division, out.reshape(-1))
+    return out
+
+
+def requant(p, req_M: int) -> np.ndarray:
+    """Requantization of eq. 10: ``int8_wrap((p * req_M + 2**15) >> 16)`` (int32 wrapping).
+
+    Args:
+        p: integer array (values in int32), e.g. :func:`shift_exp2` outputs in ``[0, R]``.
+        req_M: ``round(127 * s * 2**16)``, int32.
+
+    Returns:
+        int8 array of ``p``'s shape (a value above 127 wraps, as the GPU's int8 cast does).
+
+    Example::
+
+        >>> requant(np.array([5590, 2795]), 1489)
+        array([127,  64], dtype=int8)
+    """
+    pa = _int32_array(p, "p")
+    req_M = _int32_scalar(req_M, "req_M")
+    out = np.empty(pa.shape, dtype=np.int8)
+    _requant_arr(pa.reshape(-1), req_M, out.reshape(-1))
+    return out
+
+
+def scale_release(x, alpha, M: int) -> np.ndarray:
+    """ScaleRelease of eq. 14: ``int32((int64(x) * alpha * M + 2**29) >> 30)``.
+
+    The product is int64 (wrapping on int64 overflow), the result wraps to int32.
+
+    Args:
+        x: integer array (int32 values), the running ``l`` or ``acc``.
+        alpha: integer array broadcastable to ``x`` (int32 values), ``shift_exp2(m - m_new)``.
+        M: ``l_M`` or ``acc_M`` (``round(2**30 / R)``), int32.
+
+    Returns:
+        int32 array of the broadcast shape.
+
+    Example::
+
+        >>> scale_release(np.array([1000]), np.array([5590]), 192083)
+        array([1000], dtype=int32)
+    """
+    xa = _int32_array(x, "x")
+    aa = _int32_array(alpha, "alpha")
+    M = _int32_scalar(M, "M")
+    try:
+        shape = np.broadcast_shapes(xa.shape, aa.shape)
+    except ValueError:
+        raise ValueError(f"x {xa.shape} and alpha {aa.shape} do not broadcast") from None
+    xb = np.ascontiguousarray(np.broadcast_to(xa, shape)).reshape(-1)
+    ab = np.ascontiguousarray(np.broadcast_to(aa, shape)).reshape(-1)
+    out = np.empty(shape, dtype=np.int32)
+    _release_arr(xb, ab, M, out.reshape(-1))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# the attention kernel
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _qflash_kernel(q, kt, v, bias, bmap, has_bias, causal, R, exp_M, req_M, l_M, acc_M, bk,
+                   m_init, division, out):
+    """Algorithm 1 per query row; tasks of ``_ROWS_PER_TASK`` rows run in parallel.  Returns
+    per-task counters ``(ntask, _NCOUNT)``."""
+    B, Lq, d = q.shape
+    Lk = kt.shape[2]
+    dv = v.shape[2]
+    nk = (Lk + bk - 1) // bk
+    ntr = (Lq + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
+    ntask = B * ntr
+    cnt = np.zeros((ntask, _NCOUNT), dtype=np.int64)
+    for task in prange(ntask):
+        b = task // ntr
+        i0 = (task % ntr) * _ROWS_PER_TASK
+        i1 = min(Lq, i0 + _ROWS_PER_TASK)
+        s = np.empty(bk, dtype=np.int64)
+        p8 = np.empty(bk, dtype=np.int64)
+        acc = np.empty(dv, dtype=np.int64)
+        tile = np.empty(dv, dtype=np.int64)
+        c_tiles = 0
+        c_resc = 0
+        c_ovf = 0
+        c_req = 0
+        c_wrap = 0
+        c_out = 0
+        c_zero = 0
+        c_neg = 0
+        mb = bmap[b]
+        for i in range(i0, i1):
+            m = np.int64(m_init)
+            lsum = np.int64(1)
+            acc[:] = 0
+            lim = i + Lk - Lq
+            for t in range(nk):
+                j0 = t * bk
+                nv = min(bk, Lk - j0)
+                # S = q8 k8^T (exact: d <= D_MAX)
+                for jj in range(nv):
+                    s[jj] = 0
+                for kk in range(d):
+                    qv = np.int64(q[b, i, kk])
+                    for jj in range(nv):
+                        s[jj] += qv * kt[b, kk, j0 + jj]
+                mx = m
+                for jj in range(bk):
+                    if jj < nv:
+                        j = j0 + jj
+                        if causal and j > lim:
+                            bij = np.int64(MASK_BIAS)
+                        elif has_bias:
+                            bij = np.int64(bias[mb, i, j])
+                        else:
+                            bij = np.int64(0)
+                        raw = s[jj] + bij
+                        w = _wrap32(raw)
+                        if w != raw:
+                            c_wrap += 1
+                    else:
+                        w = np.int64(MASK_BIAS)
+                    s[jj] = w
+                    if w > mx:
+                        mx = w
+                rowsum = np.int64(0)
+                for jj in range(bk):
+                    raw = s[jj] - mx
+                    x = _wrap32(raw)
+                    if x != raw:
+                        c_wrap += 1
+                    y, ovf, wr = _shexp(x, R, exp_M, division)
+                    c_ovf += ovf
+                    c_wrap += wr
+                    if y < 0:
+                        c_neg += 1
+                    pv, rw, wr = _requant(y, req_M)
+                    c_req += rw
+                    c_wrap += wr
+                    p8[jj] = pv
+                    rowsum += pv
+                raw = m - mx
+                x = _wrap32(raw)
+                if x != raw:
+                    c_wrap += 1
+                alpha, ovf, wr = _shexp(x, R, exp_M, division)
+                c_ovf += ovf
+                c_wrap += wr
+                if alpha < 0:
+                    c_neg += 1
+                lr, wr = _release(lsum, alpha, l_M)
+                c_wrap += wr
+                raw = lr + rowsum
+                lsum = _wrap32(raw)
+                if lsum != raw:
+                    c_wrap += 1
+                tile[:] = 0
+                for jj in range(nv):
+                    pj = p8[jj]
+                    if pj != 0:
+                        for c in range(dv):
+                            tile[c] += pj * v[b, j0 + jj, c]
+                for c in range(dv):
+                    ar, wr = _release(acc[c], alpha, acc_M)
+                    c_wrap += wr
+                    raw = ar + tile[c]
+                    a32 = _wrap32(raw)
+                    if a32 != raw:
+                        c_wrap += 1
+                    acc[c] = a32
+                c_tiles += 1
+                if t > 0 and mx != m:
+                    c_resc += 1
+                m = mx
+            if lsum == 0:
+                c_zero += 1
+            fl = np.float32(lsum)
+            for c in range(dv):
+                o = _f32_to_i32(np.float32(np.float32(acc[c]) / fl))
+                o8 = _wrap8(o)
+                if o8 != o:
+                    c_out += 1
+                out[b, i, c] = o8
+        cnt[task, _C_TILES] = c_tiles
+        cnt[task, _C_RESCALES] = c_resc
+        cnt[task, _C_EXP_OVF] = c_ovf
+        cnt[task, _C_REQ_WRAP] = c_req
+        cnt[task, _C_I32_WRAP] = c_wrap
+        cnt[task, _C_OUT_WRAP] = c_out
+        cnt[task, _C_ZERO_DEN] = c_zero
+        cnt[task, _C_NEG_EXP] = c_neg
+    return cnt
+
+
+# ------------------------------------------------------------------------------------------
+# statistics
+
+
+@dataclass
+class QFlashStats(Stats):
+    """Tile and hazard statistics of QFlash (specs/attention.md sections 4 and 8).
+
+    Per call, one int64 array ``(B,)`` per counter (leading dims flattened into ``B``):
+
+    Attributes:
+        tiles: (query row, key tile) steps (every key tile is visited for every row).
+        rescales: steps after a row's first tile in which its running max grew.
+        exp_overflows: ShiftExp2 evaluations whose ``x * exp_M`` overflowed int32.
+        requant_wraps: ``requant`` results that left int8 and wrapped (``p = R`` -> 128).
+        int32_wraps: every other int32 wrap (scores + bias, ``S - m``, ``q * R``, ``r``,
+            requant product, ScaleRelease result, ``l``/``acc`` updates).
+        output_wraps: output elements whose ``trunc(acc / l)`` left int8 and wrapped.
+        zero_denominators: rows that ended with ``l == 0``.
+        negative_exps: ShiftExp2 results below 0 (P or alpha).  The multiply-shift quotient
+            ``q`` can fall short of ``-x / R`` for large ``|x|`` (``exp_M`` is rounded), then
+            ``r < -2 R``, ``(r >> 1) + R < 0`` and the clamped shift gives -1: every far key
+            then adds ``P8 = -1`` (large amplitudes).
+        exp_M_zero: calls whose ``exp_M`` was 0 (``s < 2**-17``).
+        constants: per call, the host constants as a dict (empty for core calls).
+        calls: number of calls merged.
+    """
+
+    tiles: list = field(default_factory=list)
+    rescales: list = field(default_factory=list)
+    exp_overflows: list = field(default_factory=list)
+    requant_wraps: list = field(default_factory=list)
+    int32_wraps: list = field(default_factory=list)
+    output_wraps: list = field(default_factory=list)
+    zero_denominators: list = field(default_factory=list)
+    negative_exps: list = field(default_factory=list)
+    exp_M_zero: int = 0
+    constants: list = field(default_factory=list)
+    calls: int = 0
+
+    _per_entry = ("tiles", "rescales", "exp_overflows", "requant_wraps", "int32_wraps",
+                  "output_wraps", "zero_denominators", "negative_exps")
+    _derived = ("total_tiles", "total_rescales", "total_exp_overflows",
+                "total_requant_wraps", "total_int32_wraps", "total_output_wraps",
+                "total_zero_denominators", "total_negative_exps", "hazards")
+
+    def merge(self, other: QFlashStats) -> QFlashStats:
+        kw = {n: getattr(self, n) + getattr(other, n) for n in self._per_entry}
+        return QFlashStats(**kw, exp_M_zero=self.exp_M_zero + other.exp_M_zero,
+                           constants=self.constants + other.constants,
+                           calls=self.calls + other.calls)
+
+    def _total(self, name: str) -> int:
+        return int(sum(int(a.sum()) for a in getattr(self, name)))
+
+    @property
+    def total_tiles(self) -> int:
+        """(row, key tile) steps over everything recorded."""
+        return self._total("tiles")
+
+    @property
+    def total_rescales(self) -> int:
+        """Running-max increases over everything recorded."""
+        return self._total("rescales")
+
+    @property
+    def total_exp_overflows(self) -> int:
+        """int32 overflows of ``x * exp_M`` over everything recorded."""
+        return self._total("exp_overflows")
+
+    @property
+    def total_requant_wraps(self) -> int:
+        """int8 wraps in ``requant`` over everything recorded."""
+        return self._total("requant_wraps")
+
+    @property
+    def total_int32_wraps(self) -> int:
+        """Other int32 wraps over everything recorded."""
+        return self._total("int32_wraps")
+
+    @property
+    def total_output_wraps(self) -> int:
+        """int8 wraps of the output over everything recorded."""
+        return self._total("output_wraps")
+
+    @property
+    def total_zero_denominators(self) -> int:
+        """Rows with ``l == 0`` over everything recorded."""
+        return self._total("zero_denominators")
+
+    @property
+    def total_negative_exps(self) -> int:
+        """Negative ShiftExp2 results over everything recorded."""
+        return self._total("negative_exps")
+
+    @property
+    def hazards(self) -> dict:
+        """``{hazard: count}`` of the spec's hazards over everything recorded."""
+        return {"exp_M_zero": self.exp_M_zero,
+                "exp_overflows": self.total_exp_overflows,
+                "requant_wraps": self.total_requant_wraps,
+                "int32_wraps": self.total_int32_wraps,
+                "output_wraps": self.total_output_wraps,
+                "zero_denominators": self.total_zero_denominators,
+                "negative_exps": self.total_negative_exps}
+
+
+def _stats_from_counts(cnt: np.ndarray, exp_M_zero: bool, consts: dict | None) -> QFlashStats:
+    cols = {"tiles": _C_TILES, "rescales": _C_RESCALES, "exp_overflows": _C_EXP_OVF,
+            "requant_wraps": _C_REQ_WRAP, "int32_wraps": _C_I32_WRAP,
+            "output_wraps": _C_OUT_WRAP, "zero_denominators": _C_ZERO_DEN,
+            "negative_exps": _C_NEG_EXP}
+    kw = {n: [np.ascontiguousarray(cnt[:, c])] for n, c in cols.items()}
+    return QFlashStats(**kw, exp_M_zero=int(bool(exp_M_zero)),
+                       constants=[consts] if consts is not None else [{}], calls=1)
+
+
+# ------------------------------------------------------------------------------------------
+# the integer core
+
+
+def _int8_input(x, what: str) -> np.ndarray:
+    arr, _ = to_numpy(x, what)
+    if arr.dtype != np.int8:
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: int8")
+    if arr.ndim < 2:
+        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
+    return arr
+
+
+def _bias_planes(bias, lead: tuple, Lq: int, Lk: int):
+    """int64 ``(M, Lq, Lk)`` planes and the per-entry map from an int32 bias broadcastable to
+    ``lead + (Lq, Lk)``."""
+    B = int(np.prod(lead, dtype=np.int64))
+    if bias is None:
+        return np.zeros((1, 0, 0), dtype=np.int64), np.zeros(B, dtype=np.int64), False
+    arr, _ = to_numpy(bias, "bias")
+    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
+        raise TypeError(f"bias has dtype {arr.dtype}; allowed: integer dtypes holding int32 "
+                        f"values (e.g. 0 and {MASK_BIAS} for a masked key)")
+    if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
+        raise ValueError("bias has values outside int32")
+    full = lead + (Lq, Lk)
+    try:
+        ok = np.broadcast_shapes(arr.shape, full) == full
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"bias of shape {arr.shape} does not broadcast to {full}")
+    nd = len(full)
+    arr = arr.reshape((1,) * (nd - arr.ndim) + arr.shape)
+    mlead = arr.shape[:-2]
+    idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
+    bmap = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
+    planes = np.ascontiguousarray(np.broadcast_to(arr, mlead + (Lq, Lk)),
+                                  dtype=np.int64).reshape((-1, Lq, Lk))
+    return planes, bmap, True
+
+
+def _writable(a: np.ndarray, dtype) -> np.ndarray:
+    """``a`` as a writable C-contiguous array of ``dtype`` (read-only views, e.g. from
+    ``np.broadcast_to``, would give the Numba kernel a second signature to compile)."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    return a if a.flags.writeable else a.copy()
+
+
+def _run_core(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k, bias_planes, bmap, has_bias,
+              causal, m_init, division):
+    """Validated arrays ``(B, L, d)`` -> (o8 (B, Lq, dv), counters (B, _NCOUNT))."""
+    B, Lq, _ = q8.shape
+    kt = np.ascontiguousarray(np.transpose(k8, (0, 2, 1)), dtype=np.int32)
+    qi = np.ascontiguousarray(q8, dtype=np.int32)
+    vi = np.ascontiguousarray(v8, dtype=np.int32)
+    out = np.empty((B, Lq, v8.shape[2]), dtype=np.int8)
+    cnt = _qflash_kernel(qi, kt, vi, _writable(bias_planes, np.int64),
+                         _writable(bmap, np.int64), has_bias, causal, R, exp_M, req_M, l_M,
+                         acc_M, block_k, m_init, division, out)
+    ntr = -(-Lq // _ROWS_PER_TASK)
+    return out, cnt.reshape(B, ntr, _NCOUNT).sum(axis=1)
+
+
+def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int,
+                block_k: int = BLOCK_K_DEFAULT, bias=None, m_init: int = M_INIT_DEFAULT,
+                division: bool = False, *, causal: bool = False, return_stats: bool = False):
+    """QFlash Algorithm 1 on int8 inputs -> int8 output ``o8`` (spec section 4).
+
+    Per (batch, head) and query row ``i``: ``m = m_init``, ``l = 1``, ``acc = 0``; for each key
+    tile of ``block_k`` keys: ``S = q8 k8^T + bias`` (int32; padded keys ``-2**20``),
+    ``m_new = max(m, rowmax S)``, ``P8 = requant(shift_exp2(S - m_new))``,
+    ``alpha = shift_exp2(m - m_new)``, ``l = scale_release(l, alpha, l_M) + rowsum(P8)``,
+    ``acc = scale_release(acc, alpha, acc_M) + P8 v8``, ``m = m_new``; finally
+    ``o8 = int8_wrap(trunc(fp32(acc) / fp32(l)))``.  Dequantize with ``o8 * s_v``.
+
+    Args:
+        q8, k8, v8: int8 arrays ``(..., Lq, d)``, ``(..., Lk, d)``, ``(..., Lk, dv)``; leading
+            (batch, head) dims broadcast.
+        R, exp_M, req_M, l_M, acc_M: the constants of :class:`QFlashConstants`.
+        block_k: key tile size (the authors' 32).
+        bias: None or int32 additive bias broadcastable to ``(..., Lq, Lk)`` in score units;
+            :data:`MASK_BIAS` (``-2**20``) masks a key.  Added with int32 wrapping.
+        m_init: initial running max (``-2**20``; the paper's ``-2**21`` is the other choice).
+        division: ShiftExp2 with integer division instead of multiply-shift (eq. 15).
+        causal: mask key ``j > i + Lk - Lq`` (bottom-right) with the bias ``-2**20``
+            (replacing ``bias`` there), as the authors' masked kernel does.
+        return_stats: also return a :class:`QFlashStats` (without host constants).
+
+    Returns:
+        int8 ``(..., Lq, dv)`` (and the stats).  A row that sees no key gets the integer
+        result of attending over its masked keys (meaningless; the float pipeline gives NaN).
+
+    Raises:
+        TypeError for non-int8 inputs or bad option types, ValueError for shape mismatches,
+        ``d > 131071`` (int32 products could wrap), constants outside int32 or ``R < 1``.
+
+    Example::
+
+        >>> c = host_constants(q, k, v)
+        >>> q8, k8, v8 = (quantize_int8(x, s) for x, s in ((q, c.s_q), (k, c.s_k), (v, c.s_v)))
+        >>> o = qflash_core(q8, k8, v8, c.R, c.exp_M, c.req_M, c.l_M, c.acc_M) * c.s_v
+    """
+    qa = _int8_input(q8, "q8")
+    ka = _int8_input(k8, "k8")
+    va = _int8_input(v8, "v8")
+    if qa.shape[-1] != ka.shape[-1]:
+        raise ValueError(f"q8 and k8 must have the same last dim d, got {qa.shape} and "
+                         f"{ka.shape}")
+    if ka.shape[-2] != va.shape[-2]:
+        raise ValueError(f"k8 and v8 must have the same length Lk, got {ka.shape} and "
+                         f"{va.shape}")
+    if qa.shape[-1] > D_MAX:
+        raise ValueError(f"d = {qa.shape[-1]} > {D_MAX}: int8 dot products could wrap int32")
+    try:
+        lead = tuple(np.broadcast_shapes(qa.shape[:-2], ka.shape[:-2], va.shape[:-2]))
+    except ValueError:
+        raise ValueError(f"leading dims of q8 {qa.shape}, k8 {ka.shape}, v8 {va.shape} do not "
+                         "broadcast") from None
+    R = _int32_scalar(R, "R", lo=1)
+    exp_M = _int32_scalar(exp_M, "exp_M")
+    req_M = _int32_scalar(req_M, "req_M")
+    l_M = _int32_scalar(l_M, "l_M")
+    acc_M = _int32_scalar(acc_M, "acc_M")
+    m_init = _int32_scalar(m_init, "m_init")
+    bk = check_block(block_k, "block_k")
+    division = _check_bool(division, "division")
+    causal = _check_bool(causal, "causal")
+    _check_bool(return_stats, "return_stats")
+    Lq, d = qa.shape[-2:]
+    Lk, dv = va.shape[-2:]
+
+    def flat(a, L, D):
+        return np.ascontiguousarray(np.broadcast_to(a, lead + (L, D))).reshape((-1, L, D))
+
+    planes, bmap, has_bias = _bias_planes(bias, lead, Lq, Lk)
+    o8, cnt = _run_core(flat(qa, Lq, d), flat(ka, Lk, d), flat(va, Lk, dv), R, exp_M, req_M,
+                        l_M, acc_M, bk, planes, bmap, has_bias, causal, m_init, division)
+    o8 = o8.reshape(lead + (Lq, dv))
+    if return_stats:
+        return o8, _stats_from_counts(cnt, exp_M == 0, None)
+    return o8
+
+
+# ------------------------------------------------------------------------------------------
+# the float pipeline (scheme "qflash")
+
+
+def _mask_bias(prob: Problem, s: float):
+    """int64 bias planes from the additive float mask: -inf -> MASK_BIAS, finite values in
+    score units (``mask * log2(e) / s``, RNE) clipped to ``[-2**20, 2**20]``."""
+    if prob.mask is None:
+        return np.zeros((1, 0, 0), dtype=np.int64), prob.mask_map, False
+    m = prob.mask.astype(np.float64)
+    masked = np.isneginf(m)
+    with np.errstate(invalid="ignore", over="ignore"):
+        units = np.rint(np.where(masked, 0.0, m) * LOG2E / s)
+    units = np.clip(units, MASK_BIAS, -MASK_BIAS)
+    planes = np.where(masked, MASK_BIAS, units).astype(np.int64)
+    return planes, prob.mask_map, True
+
+
+def no_key_rows(prob: Problem) -> np.ndarray | None:
+    """Boolean ``(B, Lq)``: query rows that see no key (causal and mask combined), or None
+    when every row sees one."""
+    Lq, Lk = prob.Lq, prob.Lk
+    if prob.mask is None:
+        if not prob.causal or Lq <= Lk:
+            return None if Lk > 0 else np.ones((prob.B, Lq), dtype=bool)
+        rows = np.arange(Lq) + (Lk - Lq) < 0
+        return np.broadcast_to(rows, (prob.B, Lq))
+    vis = prob.mask != -np.inf
+    if prob.causal:
+        vis = vis & causal_visible(Lq, Lk)[None]
+    none = ~vis.any(axis=2)
+    if not none.any():
+        return None
+    return none[prob.mask_map]
+
+
+def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
+            m_init: int = M_INIT_DEFAULT, division: bool = False, on_hazard: str = "count"):
+    if on_hazard not in HAZARD_POLICIES:
+        raise ValueError(f"on_hazard {on_hazard!r} is not one of {', '.join(HAZARD_POLICIES)}")
+    bk = check_block(block_k, "block_k")
+    m_init = _int32_scalar(m_init, "m_init")
+    division = _check_bool(division, "division")
+    if prob.d > D_MAX:
+        raise ValueError(f"d = {prob.d} > {D_MAX}: int8 dot products could wrap int32")
+    c = host_constants(prob.q, prob.k, prob.v, prob.scale)
+    if on_hazard == "raise" and c.exp_M_zero:
+        raise QFlashHazardError(
+            f"exp_M = round(-s * 2**16) = 0 for score unit s = {c.s:.3g} < 2**-17: ShiftExp2 "
+            "does no range reduction (inputs too small for per-tensor int8 QFlash)")
+    q8 = quantize_int8(prob.q, c.s_q)
+    k8 = quantize_int8(prob.k, c.s_k)
+    v8 = quantize_int8(prob.v, c.s_v)
+    planes, bmap, has_bias = _mask_bias(prob, c.s)
+    o8, cnt = _run_core(q8, k8, v8, c.R, c.exp_M, c.req_M, c.l_M, c.acc_M, bk, planes,
+                        bmap, has_bias, prob.causal, m_init, division)
+    st = _stats_from_counts(cnt, c.exp_M_zero, c.to_dict())
+    if on_hazard == "raise":
+        bad = {k: n for k, n in st.hazards.items() if n}
+        if bad:
+            raise QFlashHazardError(
+                "QFlash integer hazards (attention.md 4): "
+                + ", ".join(f"{k}={n}" for k, n in bad.items())
+                + f"; constants R={c.R}, exp_M={c.exp_M}, req_M={c.req_M}")
+    out = (o8.astype(np.float64) * c.s_v).astype(np.float32)
+    none = no_key_rows(prob)
+    if none is not None:
+        out[none] = np.nan
+    return out, (st if return_stats else None)
+
+
+register(Scheme(
+    "qflash",
+    "QFlash integer-only flash attention (per-tensor int8, ShiftExp2, ScaleRelease)",
+    _qflash,
+    options=("block_k", "m_init", "division", "on_hazard"),
+))
+
+__all__ = ["QFlashConstants", "QFlashStats", "QFlashHazardError", "host_constants",
+           "quantize_int8", "shift_exp2", "requant", "scale_release", "qflash_core",
+           "no_key_rows", "BLOCK_K_DEFAULT", "M_INIT_DEFAULT", "MASK_BIAS", "SHIFT_EXP",
+           "SHIFT_RELEASE"]
+
+from ..formats._jit import stabilize_module  # noqa: E402
+
+stabilize_module(globals(), __name__)
