@@ -163,7 +163,7 @@ def quantize_inputs(q, k, v, *, scale_dtype: str = "float32") -> IntFlashInputs:
 @njit(inline="always", cache=True)
 def _p8(p):
     """``trunc(f16(f16(f16(p) * 127) + 0.5))`` for ``0 <= p <= 1`` (an int in [0, 127])."""
-    t = _round_f16(np.float32(p * _F127))
+    t = _round_f16(np.float32(_round_f16(p) * _F127))
     t = _round_f16(np.float32(t + _HALF))
     return np.int64(t)
 

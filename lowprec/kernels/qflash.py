@@ -20,10 +20,10 @@ is int64 inside, ``>>`` is arithmetic, and a shift by a count outside ``[0, 31]`
 the GPU's clamped shift gives (``0`` for a non-negative operand, ``-1`` for a negative one).
 Hazards are counted rather than hidden (:class:`QFlashStats`): ``exp_M == 0`` (``s < 2**-17``:
 no range reduction, accuracy collapses), int32 overflow of ``x * exp_M``, ``requant`` of a
-value that leaves int8 (``p = R`` can give 128 and wrap to -128), any other int32 wrap, and
-int8 wrap of the output, a zero denominator, and negative ShiftExp2 results (the multiply-shift
-quotient falling short for large ``|x|``).  ``on_hazard="raise"`` turns any of them into
-:class:`QFlashHazardError`.
+value that leaves int8 (``p = R`` can give 128 and wrap to -128), any other int32 wrap, int8
+wrap of the output, a zero denominator, and negative weights (a ShiftExp2 result made negative
+by the multiply-shift quotient falling short for large ``|x|``, when it reaches ``l`` or
+``acc``).  ``on_hazard="raise"`` turns any of them into :class:`QFlashHazardError`.
 
 Choices (spec section 4 and the authors' published kernel; every one a parameter where a user
 could want the other): ``m_init = -2**20`` (the code; the paper's Algorithm 1 says ``-2**21``);
@@ -542,9 +542,9 @@ def _qflash_kernel(q, kt, v, bias, bmap, has_bias, causal, R, exp_M, req_M, l_M,
                     y, ovf, wr = _shexp(x, R, exp_M, division)
                     c_ovf += ovf
                     c_wrap += wr
-                    if y < 0:
-                        c_neg += 1
                     pv, rw, wr = _requant(y, req_M)
+                    if pv < 0 and rw == 0:
+                        c_neg += 1
                     c_req += rw
                     c_wrap += wr
                     p8[jj] = pv
@@ -556,7 +556,7 @@ def _qflash_kernel(q, kt, v, bias, bmap, has_bias, causal, R, exp_M, req_M, l_M,
                 alpha, ovf, wr = _shexp(x, R, exp_M, division)
                 c_ovf += ovf
                 c_wrap += wr
-                if alpha < 0:
+                if alpha < 0 and t > 0:
                     c_neg += 1
                 lr, wr = _release(lsum, alpha, l_M)
                 c_wrap += wr
@@ -621,10 +621,13 @@ class QFlashStats(Stats):
             requant product, ScaleRelease result, ``l``/``acc`` updates).
         output_wraps: output elements whose ``trunc(acc / l)`` left int8 and wrapped.
         zero_denominators: rows that ended with ``l == 0``.
-        negative_exps: ShiftExp2 results below 0 (P or alpha).  The multiply-shift quotient
-            ``q`` can fall short of ``-x / R`` for large ``|x|`` (``exp_M`` is rounded), then
-            ``r < -2 R``, ``(r >> 1) + R < 0`` and the clamped shift gives -1: every far key
-            then adds ``P8 = -1`` (large amplitudes).
+        negative_weights: negative ``P8`` (not from an int8 wrap) and negative ``alpha``
+            after a row's first tile.  The multiply-shift quotient ``q`` falls short of
+            ``-x / R`` for large ``|x|`` (``exp_M`` is rounded), then ``r < -2 R``,
+            ``(r >> 1) + R < 0`` and ShiftExp2 is negative (-1 after the clamped shift).
+            Usually ``requant`` maps that to 0 and it is harmless (masked keys, far keys);
+            counted here are the cases where it reaches ``l`` and ``acc`` (large
+            amplitudes).
         exp_M_zero: calls whose ``exp_M`` was 0 (``s < 2**-17``).
         constants: per call, the host constants as a dict (empty for core calls).
         calls: number of calls merged.
@@ -637,16 +640,16 @@ class QFlashStats(Stats):
     int32_wraps: list = field(default_factory=list)
     output_wraps: list = field(default_factory=list)
     zero_denominators: list = field(default_factory=list)
-    negative_exps: list = field(default_factory=list)
+    negative_weights: list = field(default_factory=list)
     exp_M_zero: int = 0
     constants: list = field(default_factory=list)
     calls: int = 0
 
     _per_entry = ("tiles", "rescales", "exp_overflows", "requant_wraps", "int32_wraps",
-                  "output_wraps", "zero_denominators", "negative_exps")
+                  "output_wraps", "zero_denominators", "negative_weights")
     _derived = ("total_tiles", "total_rescales", "total_exp_overflows",
                 "total_requant_wraps", "total_int32_wraps", "total_output_wraps",
-                "total_zero_denominators", "total_negative_exps", "hazards")
+                "total_zero_denominators", "total_negative_weights", "hazards")
 
     def merge(self, other: QFlashStats) -> QFlashStats:
         kw = {n: getattr(self, n) + getattr(other, n) for n in self._per_entry}
@@ -693,9 +696,9 @@ class QFlashStats(Stats):
         return self._total("zero_denominators")
 
     @property
-    def total_negative_exps(self) -> int:
-        """Negative ShiftExp2 results over everything recorded."""
-        return self._total("negative_exps")
+    def total_negative_weights(self) -> int:
+        """Negative P8 / alpha that reached l and acc, over everything recorded."""
+        return self._total("negative_weights")
 
     @property
     def hazards(self) -> dict:
@@ -706,14 +709,14 @@ class QFlashStats(Stats):
                 "int32_wraps": self.total_int32_wraps,
                 "output_wraps": self.total_output_wraps,
                 "zero_denominators": self.total_zero_denominators,
-                "negative_exps": self.total_negative_exps}
+                "negative_weights": self.total_negative_weights}
 
 
 def _stats_from_counts(cnt: np.ndarray, exp_M_zero: bool, consts: dict | None) -> QFlashStats:
     cols = {"tiles": _C_TILES, "rescales": _C_RESCALES, "exp_overflows": _C_EXP_OVF,
             "requant_wraps": _C_REQ_WRAP, "int32_wraps": _C_I32_WRAP,
             "output_wraps": _C_OUT_WRAP, "zero_denominators": _C_ZERO_DEN,
-            "negative_exps": _C_NEG_EXP}
+            "negative_weights": _C_NEG_EXP}
     kw = {n: [np.ascontiguousarray(cnt[:, c])] for n, c in cols.items()}
     return QFlashStats(**kw, exp_M_zero=int(bool(exp_M_zero)),
                        constants=[consts] if consts is not None else [{}], calls=1)
