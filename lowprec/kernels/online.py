@@ -356,7 +356,7 @@ def _engine(q, kt, v, Lq, Lk, d, dv, Br, Bc, c, causal, mask, mmap, has_mask,
             ncol = min(Bc, Lk - j0)
             critical = vi < ncrit
             # ---- scores S = fl(dot * c) (+ fl(mask * log2 e)), -inf where masked
-            qk_tile(q[b], kt[b], s, i0, j0, br_pad, ncol, d_pad)
+            qk_tile(q[b], kt[b, t], s, i0, 0, br_pad, ncol, d_pad)
             for i in range(nrow):
                 jlim = ncol
                 if causal:
@@ -443,8 +443,12 @@ def run_engine(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, cau
     br_pad = -(-Br // ROWS) * ROWS
     bc_pad = -(-Bc // RED) * RED
     qp = _pad(q, nq * Br + br_pad, d_pad)
-    ktp = np.zeros((B, d_pad, nk * Bc + bc_pad), dtype=np.float32)
-    ktp[:, :d, :Lk] = k.transpose(0, 2, 1)
+    # k transposed per key tile, (B, nk, d_pad, bc_pad) contiguous: a tile's product reads one
+    # contiguous block instead of d_pad rows strided by the whole sequence
+    kpad = np.zeros((B, nk * Bc, d_pad), dtype=np.float32)
+    kpad[:, :Lk, :d] = k
+    ktp = np.zeros((B, nk, d_pad, bc_pad), dtype=np.float32)
+    ktp[..., :Bc] = kpad.reshape(B, nk, Bc, d_pad).transpose(0, 1, 3, 2)
     vp = _pad(v, nk * Bc + bc_pad, dv_pad)
     vp[:, :Lk, dv] = 1.0
     c = np.float32(scale * math.log2(math.e))
