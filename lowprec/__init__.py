@@ -28,6 +28,7 @@ _LAZY = {
     "decode": "lowprec.formats.api",
     "quantize": "lowprec.formats.api",
     "attention": "lowprec.kernels",
+    "emulate": "lowprec.torch",
     "schemes": "lowprec.kernels",
     "softmax": "lowprec.kernels",
 }

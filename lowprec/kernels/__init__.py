@@ -105,7 +105,8 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
             ``(..., Lk, d)``, ``(..., Lk, dv)``; leading (batch, head) dims broadcast.
         scheme: a name from :func:`schemes` (``reference``, ``flash``, ``baps``, ...).
         scale: softmax scale, default ``1 / sqrt(d)``.
-        causal: mask key ``j > i + (Lk - Lq)`` (bottom-right aligned, as torch SDPA).
+        causal: mask key ``j > i + (Lk - Lq)`` (bottom-right aligned, torch's
+            ``causal_lower_right``).
         attn_mask: boolean (True = attend) or additive float mask broadcastable to
             ``(..., Lq, Lk)``.
         return_stats: also return the scheme's statistics object (specs/attention.md 8).

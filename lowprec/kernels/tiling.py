@@ -9,8 +9,9 @@ take a Problem and return ``(out (B, Lq, dv) float32, stats or None)``.
 Masking rules (the same for every scheme):
 
 * ``causal=True``: key ``j`` is visible from query ``i`` iff ``j <= i + (Lk - Lq)`` (aligned at
-  the end, as torch SDPA's ``is_causal`` with a bottom-right mask; for ``Lq > Lk`` the first
-  ``Lq - Lk`` rows see no key).
+  the end, as specs/attention.md 0 asks: torch's ``causal_lower_right`` bias; torch 2.13's
+  ``is_causal=True`` is top-left aligned, which ``lp.emulate`` converts to a mask when
+  ``Lq != Lk``); for ``Lq > Lk`` the first ``Lq - Lk`` rows see no key.
 * ``attn_mask`` boolean: True = take part (torch convention); additive float: added to the scaled
   scores ``q k^T * scale`` (natural-log units), ``-inf`` = masked.  It broadcasts against
   ``(..., Lq, Lk)``.  NaN and ``+inf`` in an additive mask raise ``ValueError``.
