@@ -48,7 +48,7 @@ from ..stats import Stats
 from . import Scheme, register
 from .online import _exp2_float, _round_f16
 from .qflash import D_MAX
-from .tiling import LOG2E, Problem, check_block
+from .tiling import LOG2E, Problem, check_block, core_lead, int8_input
 
 BLOCK_Q_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
 BLOCK_K_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
@@ -365,14 +365,6 @@ class IntFlashStats(Stats):
 # the core
 
 
-def _int8(x, what: str) -> np.ndarray:
-    arr, _ = to_numpy(x, what)
-    if arr.dtype != np.int8:
-        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: int8")
-    if arr.ndim < 2:
-        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
-    return arr
-
 
 def _scales(x, what: str, shape: tuple) -> np.ndarray:
     arr, _ = to_numpy(x, what)
@@ -483,8 +475,8 @@ def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_
     if output not in OUTPUTS:
         raise ValueError(f"output {output!r} is not one of {', '.join(OUTPUTS)}")
     half = variant == "half"
-    qa = _int8(q8, "q8")
-    ka = _int8(k8, "k8")
+    qa = int8_input(q8, "q8")
+    ka = int8_input(k8, "k8")
     if half:
         va, _ = to_numpy(v8, "v8")
         if va.dtype != np.float16:
@@ -495,20 +487,8 @@ def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_
         if not np.isfinite(va).all():
             raise ValueError("v8 contains NaN or Inf")
     else:
-        va = _int8(v8, "v8")
-    if qa.shape[-1] != ka.shape[-1]:
-        raise ValueError(f"q8 and k8 must have the same last dim d, got {qa.shape} and "
-                         f"{ka.shape}")
-    if ka.shape[-2] != va.shape[-2]:
-        raise ValueError(f"k8 and v8 must have the same length Lk, got {ka.shape} and "
-                         f"{va.shape}")
-    if qa.shape[-1] > D_MAX:
-        raise ValueError(f"d = {qa.shape[-1]} > {D_MAX}: int8 dot products could wrap int32")
-    try:
-        lead = tuple(np.broadcast_shapes(qa.shape[:-2], ka.shape[:-2], va.shape[:-2]))
-    except ValueError:
-        raise ValueError(f"leading dims of q8 {qa.shape}, k8 {ka.shape}, v8 {va.shape} do not "
-                         "broadcast") from None
+        va = int8_input(v8, "v8")
+    lead = core_lead(qa, ka, va)
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
         raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
     if not math.isfinite(float(scale)):

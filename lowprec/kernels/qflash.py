@@ -53,7 +53,7 @@ from numba import njit, prange
 from ..formats._arrays import to_numpy
 from ..stats import Stats
 from . import Scheme, register
-from .tiling import LOG2E, Problem, causal_visible, check_block
+from .tiling import INT8_D_MAX, LOG2E, Problem, causal_visible, check_block, core_lead, int8_input
 
 SHIFT_EXP = 16  # attention.md 4 / Alg. 2 eq. 16: fixed-point bits of exp_M and req_M
 SHIFT_RELEASE = 30  # attention.md 4: fixed-point bits of l_M and acc_M (ScaleRelease)
@@ -63,7 +63,7 @@ MASK_BIAS = -(1 << 20)  # int32 score of a padded key / bias of a masked key (au
 INT8_QMAX = 127  # eq. 2: 2**(b-1) - 1 for b = 8
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
-D_MAX = (1 << 31) // (128 * 128) - 1  # largest d whose int8 dot products cannot wrap int32
+D_MAX = INT8_D_MAX  # largest d whose int8 dot products cannot wrap int32
 HAZARD_POLICIES = ("count", "raise")
 
 # counter columns of the kernel (per batch entry)
@@ -726,14 +726,6 @@ def _stats_from_counts(cnt: np.ndarray, exp_M_zero: bool, consts: dict | None) -
 # the integer core
 
 
-def _int8_input(x, what: str) -> np.ndarray:
-    arr, _ = to_numpy(x, what)
-    if arr.dtype != np.int8:
-        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: int8")
-    if arr.ndim < 2:
-        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
-    return arr
-
 
 def _bias_planes(bias, lead: tuple, Lq: int, Lk: int):
     """int64 ``(M, Lq, Lk)`` planes and the per-entry map from an int32 bias broadcastable to
@@ -825,22 +817,10 @@ def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int
         >>> q8, k8, v8 = (quantize_int8(x, s) for x, s in ((q, c.s_q), (k, c.s_k), (v, c.s_v)))
         >>> o = qflash_core(q8, k8, v8, c.R, c.exp_M, c.req_M, c.l_M, c.acc_M) * c.s_v
     """
-    qa = _int8_input(q8, "q8")
-    ka = _int8_input(k8, "k8")
-    va = _int8_input(v8, "v8")
-    if qa.shape[-1] != ka.shape[-1]:
-        raise ValueError(f"q8 and k8 must have the same last dim d, got {qa.shape} and "
-                         f"{ka.shape}")
-    if ka.shape[-2] != va.shape[-2]:
-        raise ValueError(f"k8 and v8 must have the same length Lk, got {ka.shape} and "
-                         f"{va.shape}")
-    if qa.shape[-1] > D_MAX:
-        raise ValueError(f"d = {qa.shape[-1]} > {D_MAX}: int8 dot products could wrap int32")
-    try:
-        lead = tuple(np.broadcast_shapes(qa.shape[:-2], ka.shape[:-2], va.shape[:-2]))
-    except ValueError:
-        raise ValueError(f"leading dims of q8 {qa.shape}, k8 {ka.shape}, v8 {va.shape} do not "
-                         "broadcast") from None
+    qa = int8_input(q8, "q8")
+    ka = int8_input(k8, "k8")
+    va = int8_input(v8, "v8")
+    lead = core_lead(qa, ka, va)
     R = _int32_scalar(R, "R", lo=1)
     exp_M = _int32_scalar(exp_M, "exp_M")
     req_M = _int32_scalar(req_M, "req_M")

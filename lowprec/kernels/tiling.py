@@ -298,8 +298,42 @@ def _as_float_any(x, what: str):
     return arr, was_torch
 
 
+INT8_D_MAX = (1 << 31) // (128 * 128) - 1  # largest d whose int8 dot products cannot wrap int32
+
+
+def int8_input(x, what: str) -> np.ndarray:
+    """An int8 core input (numpy or CPU torch) of shape ``(..., L, d)``; TypeError/ValueError
+    otherwise."""
+    arr, _ = to_numpy(x, what)
+    if arr.dtype != np.int8:
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: int8")
+    if arr.ndim < 2:
+        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
+    return arr
+
+
+def core_lead(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> tuple:
+    """Check the shapes of int8 core inputs ``q8 (..., Lq, d)``, ``k8 (..., Lk, d)``,
+    ``v8 (..., Lk, dv)`` (d at most :data:`INT8_D_MAX`) and return the broadcast leading dims."""
+    if qa.shape[-1] != ka.shape[-1]:
+        raise ValueError(f"q8 and k8 must have the same last dim d, got {qa.shape} and "
+                         f"{ka.shape}")
+    if ka.shape[-2] != va.shape[-2]:
+        raise ValueError(f"k8 and v8 must have the same length Lk, got {ka.shape} and "
+                         f"{va.shape}")
+    if qa.shape[-1] > INT8_D_MAX:
+        raise ValueError(f"d = {qa.shape[-1]} > {INT8_D_MAX}: int8 dot products could wrap "
+                         "int32")
+    try:
+        return tuple(np.broadcast_shapes(qa.shape[:-2], ka.shape[:-2], va.shape[:-2]))
+    except ValueError:
+        raise ValueError(f"leading dims of q8 {qa.shape}, k8 {ka.shape}, v8 {va.shape} do not "
+                         "broadcast") from None
+
+
 __all__ = ["Problem", "prepare", "finish", "causal_visible", "causal_limit", "check_block",
-           "check_options", "softmax_rows", "LOG2E", "is_torch"]
+           "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",
+           "is_torch"]
 
 from ..formats._jit import stabilize_module  # noqa: E402
 
