@@ -822,6 +822,21 @@ def visibility(prob: Problem) -> tuple[np.ndarray, np.ndarray | None]:
     return vis, add
 
 
+def int8_scores(prob: Problem):
+    """The shared first half of the int8 pipelines (``ivit``, ``ibert``, ``hccs``): per-tensor
+    symmetric int8 q, k, v, exact int32 scores ``S = q8 k8^T`` and the visibility/additive mask.
+
+    Returns ``(S, v8, s_q, s_k, s_v, vis, add)``.
+    """
+    q8, s_q = quantize_int8(prob.q, "q")
+    k8, s_k = quantize_int8(prob.k, "k")
+    v8, s_v = quantize_int8(prob.v, "v")
+    check_gemm_depth(prob.d, INT8_QMAX, INT8_QMAX, "q8 k8^T")
+    S = int_matmul(q8, np.swapaxes(k8, 1, 2), "q8 k8^T")
+    vis, add = visibility(prob)
+    return S, v8, s_q, s_k, s_v, vis, add
+
+
 def _int8_attention(prob: Problem, return_stats: bool, softmax_fn, out_scale: float,
                     out_bits: int, exact: bool, logit_bits):
     if logit_bits is not None:
@@ -830,12 +845,7 @@ def _int8_attention(prob: Problem, return_stats: bool, softmax_fn, out_scale: fl
         out = np.full((prob.B, prob.Lq, prob.dv), np.nan, dtype=np.float32)
         st = BaselineStats(calls=1, rows=prob.B * prob.Lq, empty_rows=prob.B * prob.Lq)
         return out, (st if return_stats else None)
-    q8, s_q = quantize_int8(prob.q, "q")
-    k8, s_k = quantize_int8(prob.k, "k")
-    v8, s_v = quantize_int8(prob.v, "v")
-    check_gemm_depth(prob.d, INT8_QMAX, INT8_QMAX, "q8 k8^T")
-    S = int_matmul(q8, np.swapaxes(k8, 1, 2), "q8 k8^T")
-    vis, add = visibility(prob)
+    S, v8, s_q, s_k, s_v, vis, add = int8_scores(prob)
     s_in = np.float32(np.float64(s_q) * np.float64(s_k) * prob.scale)
     if not float(s_in) > 0:
         s_in = np.float32(1.0)  # q or k is all zero: every logit is 0

@@ -74,11 +74,8 @@ from ..formats._arrays import to_numpy
 from ..stats import Stats
 from . import Scheme, register
 from .baselines import (
-    INT8_QMAX,
-    check_gemm_depth,
+    int8_scores,
     int_matmul,
-    quantize_int8,
-    visibility,
 )
 from .tiling import Problem, softmax_rows
 
@@ -856,12 +853,7 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
         out = np.full((Bn, Lq, prob.dv), np.nan, dtype=np.float32)
         st = HccsStats(calls=1, rows=Bn * Lq, empty_rows=Bn * Lq)
         return out, (st if return_stats else None)
-    q8, s_q = quantize_int8(prob.q, "q")
-    k8, s_k = quantize_int8(prob.k, "k")
-    v8, s_v = quantize_int8(prob.v, "v")
-    check_gemm_depth(prob.d, INT8_QMAX, INT8_QMAX, "q8 k8^T")
-    S32 = int_matmul(q8, np.swapaxes(k8, 1, 2), "q8 k8^T")
-    vis, add = visibility(prob)
+    S32, v8, s_q, s_k, s_v, vis, add = int8_scores(prob)
     c = np.float64(s_q) * np.float64(s_k) * prob.scale
     logits = S32.astype(np.float64) * c
     if add is not None:
