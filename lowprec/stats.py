@@ -15,8 +15,11 @@ class Stats:
     """Base: ``a + b`` merges two statistics of the same class, ``sum([...], Empty())`` works
     (``0 + s`` is ``s``), ``to_dict()`` gives plain Python numbers and lists."""
 
-    def merge(self, other: Stats) -> Stats:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def merge(self, other: Stats) -> Stats:
+        """Field-wise sum: counts add, per-call lists concatenate (every field of a statistics
+        dataclass is an int or a list)."""
+        return type(self)(**{f.name: _add(getattr(self, f.name), getattr(other, f.name))
+                             for f in fields(self)})
 
     def __add__(self, other):
         if isinstance(other, int) and other == 0:
@@ -34,6 +37,12 @@ class Stats:
         for name in getattr(self, "_derived", ()):
             out[name] = _plain(getattr(self, name))
         return out
+
+
+def _add(a, b):
+    if isinstance(a, list) or isinstance(b, list):
+        return list(a) + list(b)
+    return a + b
 
 
 def _plain(v):
@@ -75,10 +84,6 @@ class BapsStats(Stats):
 
     _derived = ("total_tiles", "total_restarts", "restart_rate", "peak_restart_rate")
 
-    def merge(self, other: BapsStats) -> BapsStats:
-        return BapsStats(self.tiles + other.tiles, self.restarts + other.restarts,
-                         self.row_restarts + other.row_restarts, self.flags + other.flags,
-                         self.calls + other.calls)
 
     @property
     def total_tiles(self) -> int:

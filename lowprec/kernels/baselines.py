@@ -153,12 +153,8 @@ class BaselineStats(Stats):
     requant_clamped: int = 0
     zero_outputs: int = 0
 
-    def merge(self, other: BaselineStats) -> BaselineStats:
-        return BaselineStats(*(getattr(self, f) + getattr(other, f) for f in _STAT_FIELDS))
 
 
-_STAT_FIELDS = ("calls", "rows", "empty_rows", "nan_rows", "floor_clamped", "sum_clamped",
-                "requant_clamped", "zero_outputs")
 
 
 def _stats_from(counts: np.ndarray, rows: int) -> BaselineStats:

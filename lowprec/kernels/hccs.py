@@ -132,13 +132,6 @@ class HccsStats(Stats):
     logit_saturated: int = 0
     params: list = field(default_factory=list)
 
-    def merge(self, other: HccsStats) -> HccsStats:
-        return HccsStats(self.calls + other.calls, self.rows + other.rows,
-                         self.empty_rows + other.empty_rows, self.clipped + other.clipped,
-                         self.out_saturated + other.out_saturated,
-                         self.rho_int16_overflow + other.rho_int16_overflow,
-                         self.logit_saturated + other.logit_saturated,
-                         self.params + other.params)
 
 
 # --------------------------------------------------------------------------------------------

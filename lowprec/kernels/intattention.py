@@ -171,16 +171,7 @@ class IntAttentionStats(Stats):
     exaq_clip: list = field(default_factory=list)
 
     _derived = ("clip_rate", "zero_rate", "saturation_rate", "wrap_rate")
-    _COUNTS = ("calls", "rows", "empty_rows", "logits", "clipped", "zero_exp", "quantized",
-               "saturated", "mask_saturated", "uint16_wraps", "reciprocal_overflows",
-               "diff_overflows")
-    _LISTS = ("c_int", "head_logits", "head_clipped", "head_wraps", "exaq_clip")
 
-    def merge(self, other: IntAttentionStats) -> IntAttentionStats:
-        """Sum of two statistics (counts added, per-call lists concatenated)."""
-        kw = {n: getattr(self, n) + getattr(other, n) for n in self._COUNTS}
-        kw.update({n: list(getattr(self, n)) + list(getattr(other, n)) for n in self._LISTS})
-        return IntAttentionStats(**kw)
 
     @property
     def clip_rate(self) -> float:

@@ -323,14 +323,9 @@ class IntFlashStats(Stats):
     saturated: list = field(default_factory=list)
     calls: int = 0
 
-    _per_entry = ("tiles", "skipped_tiles", "rescales", "fp16_overflows")
     _derived = ("total_tiles", "total_skipped_tiles", "total_rescales",
                 "total_fp16_overflows", "total_saturated")
 
-    def merge(self, other: IntFlashStats) -> IntFlashStats:
-        kw = {n: getattr(self, n) + getattr(other, n) for n in self._per_entry}
-        return IntFlashStats(**kw, saturated=self.saturated + other.saturated,
-                             calls=self.calls + other.calls)
 
     def _total(self, name: str) -> int:
         return int(sum(int(a.sum()) for a in getattr(self, name)))

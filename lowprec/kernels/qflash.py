@@ -645,17 +645,10 @@ class QFlashStats(Stats):
     constants: list = field(default_factory=list)
     calls: int = 0
 
-    _per_entry = ("tiles", "rescales", "exp_overflows", "requant_wraps", "int32_wraps",
-                  "output_wraps", "zero_denominators", "negative_weights")
     _derived = ("total_tiles", "total_rescales", "total_exp_overflows",
                 "total_requant_wraps", "total_int32_wraps", "total_output_wraps",
                 "total_zero_denominators", "total_negative_weights", "hazards")
 
-    def merge(self, other: QFlashStats) -> QFlashStats:
-        kw = {n: getattr(self, n) + getattr(other, n) for n in self._per_entry}
-        return QFlashStats(**kw, exp_M_zero=self.exp_M_zero + other.exp_M_zero,
-                           constants=self.constants + other.constants,
-                           calls=self.calls + other.calls)
 
     def _total(self, name: str) -> int:
         return int(sum(int(a.sum()) for a in getattr(self, name)))
