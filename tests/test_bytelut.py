@@ -7,14 +7,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lowprec.formats.hif8 import HIF8_SPEC
+from lowprec.formats.minifloat import E4M3_SPEC, E5M2_SPEC, scalar_code32
+from lowprec.formats.rounding import RNA, RNE
 from lowprec.kernels import _bytelut as bl
 from lowprec.kernels import online as on
 
+# the engine's roundings and the codecs' own scalar encoders for them (the oracle)
 ENCS = {
-    "hif8_rna": (on.ENC_HIF8, on._enc_hif8),
-    "hif8_rna_sat": (on.ENC_HIF8_SAT, on._enc_hif8_sat),
-    "e4m3_rne_sat": (on.ENC_E4M3_SAT, on._enc_e4m3_sat),
-    "e5m2_rne_sat": (on.ENC_E5M2_SAT, on._enc_e5m2_sat),
+    "hif8_rna": (on.ENC_HIF8, scalar_code32(HIF8_SPEC, RNA, False)),
+    "hif8_rna_sat": (on.ENC_HIF8_SAT, scalar_code32(HIF8_SPEC, RNA, True)),
+    "e4m3_rne_sat": (on.ENC_E4M3_SAT, scalar_code32(E4M3_SPEC, RNE, True)),
+    "e5m2_rne_sat": (on.ENC_E5M2_SAT, scalar_code32(E5M2_SPEC, RNE, True)),
 }
 
 

@@ -14,8 +14,9 @@ Switches (see :class:`EngineConfig`):
   exact power-of-two rescale).
 * ``exp``: ``EXP_FLOAT`` (``float32(exp2(float64(x)))``) or ``EXP_TABLE`` (encode ``x`` to an
   8-bit format, look the code up in a 256-entry table: exp2 in format).
-* ``enc``: which encoder feeds the table (``ENC_*``); ``pre_hif8`` rounds the scores to HiF8 first
-  (``naive_e2e``).
+* ``enc``: which 8-bit rounding feeds the table (``ENC_*``), done by the byte tables of
+  :mod:`._bytelut` (equal to the codecs' encoders on all float32 bit patterns); ``pre_hif8``
+  rounds the scores to HiF8 first (``naive_e2e``).
 """
 
 from __future__ import annotations
@@ -27,9 +28,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..formats._bits import f32_as_u32, u32_as_f32
-from ..formats.hif8 import HIF8_SPEC, HIF8_VALUES
-from ..formats.minifloat import E4M3_SPEC, E5M2_SPEC, scalar_code32
-from ..formats.rounding import RNA, RNE
+from ..formats.hif8 import HIF8_VALUES
 from ._bytelut import build_tables, lut_index
 from ._gemm import RED, ROWS, pv_tile, qk_tile
 
@@ -57,12 +56,7 @@ ACC_BF16 = 2
 FLAG_CRITICAL = -1
 FLAG_SKIPPED = -2
 
-_enc_hif8 = scalar_code32(HIF8_SPEC, RNA, False)
-_enc_hif8_sat = scalar_code32(HIF8_SPEC, RNA, True)
-_enc_e4m3_sat = scalar_code32(E4M3_SPEC, RNE, True)
-_enc_e5m2_sat = scalar_code32(E5M2_SPEC, RNE, True)
-
-# enc -> (format, rounding, saturate, ties to even); the same roundings as the _enc_* above
+# enc -> (format, rounding, saturate, ties to even)
 _ENC_FUNCS = {ENC_HIF8: ("hif8", "nearest_away", False, False),
               ENC_HIF8_SAT: ("hif8", "nearest_away", True, False),
               ENC_E4M3_SAT: ("e4m3", "nearest_even", True, True),
@@ -156,28 +150,15 @@ def _exp2_float(x):
 
 
 @njit(inline="always", cache=True)
-def _exp2_table(x, enc, table):
-    u = f32_as_u32(x)
-    if enc == ENC_HIF8:
-        c = _enc_hif8(u)
-    elif enc == ENC_HIF8_SAT:
-        c = _enc_hif8_sat(u)
-    elif enc == ENC_E4M3_SAT:
-        c = _enc_e4m3_sat(u)
-    else:
-        c = _enc_e5m2_sat(u)
-    return table[c]
-
-
-@njit(inline="always", cache=True)
-def _exp2(x, exp, enc, table):
+def _exp2(x, exp, addm1, sh, ptab):
+    """``exp2(x)``: float32 (``EXP_FLOAT``) or in format through the byte tables."""
     if exp == EXP_FLOAT:
         return _exp2_float(x)
-    return _exp2_table(x, enc, table)
+    return ptab[lut_index(f32_as_u32(x), addm1, sh)]
 
 
 @njit(cache=True, nogil=True)
-def _scores_row(srow, jlim, ncol, c, mrow, j0, has_mask, pre_hif8):
+def _scores_row(srow, jlim, ncol, c, mrow, j0, has_mask, pre_hif8, addm1, sh, vtab):
     """One row of scores in place: ``fl(dot * c)`` (+ ``fl(mask * log2 e)``) for ``j < jlim``,
     -inf beyond (causal); HiF8-rounded when ``pre_hif8``."""
     if has_mask:
@@ -190,7 +171,7 @@ def _scores_row(srow, jlim, ncol, c, mrow, j0, has_mask, pre_hif8):
         srow[j] = _NINF
     if pre_hif8:
         for j in range(jlim):
-            srow[j] = _HIF8_VALUES[_enc_hif8(f32_as_u32(srow[j]))]
+            srow[j] = vtab[lut_index(f32_as_u32(srow[j]), addm1, sh)]
 
 
 @njit(cache=True, nogil=True, fastmath={"nnan", "nsz"})
@@ -315,8 +296,8 @@ def _visit_order(order, is_crit, vis, nk, crit, crit_list, i_last, Lq, Lk, Bc):
 
 @njit(cache=True, nogil=True, parallel=True)
 def _engine(q, kt, v, Lq, Lk, d, dv, Br, Bc, c, causal, mask, mmap, has_mask,
-            flow, exp, enc, pre_hif8, crit, crit_list, max_round, gran, acc, thr, table,
-            addm1, sh, ptab, out, flags, row_restarts):
+            flow, exp, pre_hif8, crit, crit_list, max_round, gran, acc, thr,
+            addm1, sh, ptab, vtab, out, flags, row_restarts):
     B = q.shape[0]
     nq = (Lq + Br - 1) // Br
     nk = (Lk + Bc - 1) // Bc
@@ -361,7 +342,8 @@ def _engine(q, kt, v, Lq, Lk, d, dv, Br, Bc, c, causal, mask, mmap, has_mask,
                 jlim = ncol
                 if causal:
                     jlim = max(0, min(ncol, i0 + i + (Lk - Lq) - j0 + 1))
-                _scores_row(s[i], jlim, ncol, c, mp[i0 + i], j0, has_mask, pre_hif8)
+                _scores_row(s[i], jlim, ncol, c, mp[i0 + i], j0, has_mask, pre_hif8, addm1, sh,
+                            vtab)
                 rmax[i] = _row_max(s[i], jlim)
             # ---- running max and rescale factors
             if flow == FA2:
@@ -370,7 +352,7 @@ def _engine(q, kt, v, Lq, Lk, d, dv, Br, Bc, c, causal, mask, mmap, has_mask,
                     if mn == _NINF:
                         alpha[i] = np.float32(1.0)
                     else:
-                        alpha[i] = _exp2(np.float32(m[i] - mn), exp, enc, table)
+                        alpha[i] = _exp2(np.float32(m[i] - mn), exp, addm1, sh, ptab)
                     m[i] = mn
                 flags[b, qt, t] = 0
             else:
@@ -457,6 +439,9 @@ def run_engine(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, cau
     table = cfg.table if cfg.table is not None else np.zeros(256, dtype=np.float32)
     addm1, sh, lut = byte_tables(cfg.enc)
     ptab = table.astype(np.float32)[lut.astype(np.int64)]
+    if cfg.pre_hif8 and cfg.enc != ENC_HIF8:
+        raise ValueError("pre_hif8 rounds the scores with the plain HiF8 tables: enc=ENC_HIF8")
+    vtab = _HIF8_VALUES[lut.astype(np.int64)] if cfg.pre_hif8 else ptab
     out = np.empty((B, Lq, dv), dtype=np.float32)
     flags = np.empty((B, nq, nk), dtype=np.int8)
     rr = np.zeros(B * nq, dtype=np.int64)
@@ -464,9 +449,8 @@ def run_engine(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, cau
     if B * nq > 0 and Lk > 0:
         _engine(qp, ktp, vp, Lq, Lk, d, dv, Br, Bc, c, bool(causal), mk,
                 np.ascontiguousarray(mask_map, dtype=np.int64), has_mask, cfg.flow, cfg.exp,
-                cfg.enc, bool(cfg.pre_hif8), cfg.crit, crit_list, cfg.max_round, cfg.gran,
-                cfg.acc, np.float32(cfg.thr), table.astype(np.float32), addm1, sh, ptab, out,
-                flags, rr)
+                bool(cfg.pre_hif8), cfg.crit, crit_list, cfg.max_round, cfg.gran, cfg.acc,
+                np.float32(cfg.thr), addm1, sh, ptab, vtab, out, flags, rr)
     elif Lk == 0:
         out[:] = np.nan
         flags[:] = FLAG_SKIPPED
