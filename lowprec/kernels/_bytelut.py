@@ -164,12 +164,8 @@ def verify(encode_bits, tables, start: int = 0, stop: int = 1 << 32) -> int:
     return int(_count_mismatch(encode_bits, addm1, sh, lut, start, stop, 256))
 
 
-def values_table(lut: np.ndarray, code_values: np.ndarray) -> np.ndarray:
-    """float32 ``(4096,)``: the value ``code_values[code]`` of each table index's code."""
-    return code_values[lut.astype(np.int64)].astype(np.float32)
 
-
-__all__ = ["lut_index", "build_tables", "verify", "codes_of", "values_table"]
+__all__ = ["lut_index", "build_tables", "verify", "codes_of"]
 
 from ..formats._jit import stabilize_module  # noqa: E402
 

@@ -111,14 +111,15 @@ def causal_limit(i, Lq, Lk):
     return i + (Lk - Lq)
 
 
-def _as_float(x, what: str):
+def _as_float(x, what: str, min_ndim: int = 2, shape_hint: str = "(..., L, d)"):
+    """A float input (numpy or CPU torch) in native byte order, with at least ``min_ndim`` dims."""
     arr, was_torch = to_numpy(x, what)
     if arr.dtype.kind == "f" and not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype not in _IN_DTYPES:
         raise TypeError(f"{what} has dtype {arr.dtype}; allowed: {_IN_ALLOWED}")
-    if arr.ndim < 2:
-        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
+    if arr.ndim < min_ndim:
+        raise ValueError(f"{what} must have shape {shape_hint}, got {arr.shape}")
     return arr, was_torch
 
 
@@ -264,7 +265,7 @@ def softmax_rows(scores, axis: int = -1, what: str = "scores"):
     accepted (float64 is rounded to float32); integer or complex input raises TypeError, a bad
     axis ValueError.  NaN is left to the surrogate (each documents what it does with it).
     """
-    arr, as_torch = _as_float_any(scores, what)
+    arr, as_torch = _as_float(scores, what, 1, "(..., L) with at least one dim")
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"axis must be an int, got {type(axis).__name__}")
     if not -arr.ndim <= axis < arr.ndim:
@@ -283,19 +284,6 @@ def softmax_rows(scores, axis: int = -1, what: str = "scores"):
         return torch.from_numpy(np.ascontiguousarray(res))
 
     return rows, restore
-
-
-def _as_float_any(x, what: str):
-    arr, was_torch = to_numpy(x, what)
-    if arr.dtype.kind == "f" and not arr.dtype.isnative:
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    if arr.dtype not in _IN_DTYPES:
-        raise TypeError(
-            f"{what} has dtype {arr.dtype}; allowed: float32, float16, bfloat16, float64"
-        )
-    if arr.ndim < 1:
-        raise ValueError(f"{what} must have at least one dim, got a scalar")
-    return arr, was_torch
 
 
 INT8_D_MAX = (1 << 31) // (128 * 128) - 1  # largest d whose int8 dot products cannot wrap int32
