@@ -28,6 +28,16 @@ How it works
   other threads and are removed on exit.
 * ``activations=`` / ``weights=`` fake-quantize ``nn.Linear`` inputs and weights of the watched
   models (:mod:`lowprec.torch.hooks`); parameters are never written.
+* HuggingFace transformers models loaded with ``attn_implementation="eager"`` compute attention
+  by hand and would escape the interception.  With ``hf_eager=True`` (default) each such model
+  among the watched ones (``model=`` / ``run.watch``) has its config's ``_attn_implementation``
+  switched from ``"eager"`` to ``"lowprec"`` for the context's lifetime and restored on exit
+  (normally or by exception): the one reversible edit made to a model.  ``"lowprec"`` is an
+  attention function registered with transformers' ``AttentionInterface`` (and its mask with
+  ``AttentionMaskInterface``) that makes the model's SDPA call, so eager and ``"sdpa"`` models
+  are emulated alike; in a thread with no active context it computes the eager result.  The
+  switch is per model, not per thread; models not watched are not switched (this cannot be
+  detected).  Details and limits: :mod:`lowprec.torch.hf`.  ``run.hf_switched`` lists them.
 
 SDPA semantics reproduced (torch 2.x ``scaled_dot_product_attention``):
 
@@ -52,6 +62,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
 import time
 import warnings
@@ -427,17 +438,25 @@ class Emulation:
         scheme, options: the lowprec scheme and its options (shorthands resolved).
         stats: :class:`EmulationStats` (filled while the context is active; kept after).
         reference: whether each call also computes float32 SDPA for the SQNR.
+        hf_eager: whether eager-attention HF models among the watched ones are switched.
+        hf_switched: qualified names of the HF models whose config this context switched
+            (set while active; see :mod:`lowprec.torch.hf`).
     """
 
     def __init__(self, scheme, *, model=None, reference=False, activations=None, weights=None,
                  include=None, exclude=None, quantize_options=None, empty_rows="zero",
-                 **options):
+                 hf_eager=True, **options):
         self.scheme, self.options = _resolve_scheme(scheme, options)
         if not isinstance(reference, (bool, np.bool_)):
             raise TypeError(f"reference must be a bool, got {type(reference).__name__}")
         if empty_rows not in EMPTY_ROWS:
             raise ValueError(f"empty_rows {empty_rows!r} is not one of {', '.join(EMPTY_ROWS)}")
+        if not isinstance(hf_eager, (bool, np.bool_)):
+            raise TypeError(f"hf_eager must be a bool, got {type(hf_eager).__name__}")
         self.reference = bool(reference)
+        self.hf_eager = bool(hf_eager)
+        self.hf_switched: list[str] = []
+        self._hf_held: list = []            # (name, config) switched by lowprec.torch.hf
         self.empty_rows = empty_rows
         self.activations = check_quant_format(activations, "activations")
         self.weights = check_quant_format(weights, "weights")
@@ -471,9 +490,11 @@ class Emulation:
         try:
             for prefix, m in self._pending:
                 self._install(m, prefix)
+                self._hf_switch(m, prefix)
             self._mode.__enter__()
         except BaseException:
             self._remove_hooks()
+            self._hf_restore()
             raise
         _active_stack().append(self)
         self._active = True
@@ -489,6 +510,7 @@ class Emulation:
         finally:
             self._mode = None
             self._remove_hooks()
+            self._hf_restore()
             self._mstack = []
             self._wcache.clear()
         return False
@@ -502,7 +524,8 @@ class Emulation:
         """Attribute calls made inside ``model`` (and quantize its selected Linear modules).
 
         ``prefix`` is prepended to the qualified names (``prefix.name``).  Before entry the
-        model is remembered; while active, hooks are installed at once.  Returns ``self``.
+        model is remembered; while active, hooks are installed (and an eager HF model
+        switched, see ``hf_eager``) at once.  Returns ``self``.
         """
         items = _models({prefix: model} if prefix else model)
         if self._active:
@@ -510,8 +533,26 @@ class Emulation:
                 raise RuntimeError("watch() must be called from the thread that entered")
             for p, m in items:
                 self._install(m, p)
+                self._hf_switch(m, p)
         self._pending.extend(items)
         return self
+
+    def _hf_switch(self, model, prefix: str) -> None:
+        if not self.hf_eager or "transformers" not in sys.modules:
+            return  # no transformers imported: no HF model can exist
+        from .hf import switch_eager
+
+        held = switch_eager(model, prefix)
+        self._hf_held.extend(held)
+        self.hf_switched.extend(name for name, _ in held)
+
+    def _hf_restore(self) -> None:
+        if self._hf_held:
+            from .hf import restore
+
+            held, self._hf_held = self._hf_held, []
+            restore(held)
+        self.hf_switched = []
 
     def _install(self, model, prefix: str) -> None:
         import torch
@@ -807,7 +848,7 @@ def _mode_class():
 
 def emulate(scheme: str, *, model=None, reference: bool = False, activations: str | None = None,
             weights: str | None = None, include=None, exclude=None, quantize_options=None,
-            empty_rows: str = "zero", **options) -> Emulation:
+            empty_rows: str = "zero", hf_eager: bool = True, **options) -> Emulation:
     """Context manager: inside it, torch SDPA calls run lowprec's emulated attention.
 
     Args:
@@ -826,6 +867,11 @@ def emulate(scheme: str, *, model=None, reference: bool = False, activations: st
         quantize_options: keywords of :func:`lowprec.quantize` for the hooks (rounding,
             saturate (default True), seed, sr_bits).
         empty_rows: ``"zero"`` (like torch SDPA) or ``"nan"`` for query rows seeing no key.
+        hf_eager: switch HuggingFace transformers models among ``model=`` that use
+            ``attn_implementation="eager"`` to the registered ``"lowprec"`` implementation for
+            the context's lifetime, so their attention is emulated too (restored on exit; see
+            :mod:`lowprec.torch.hf`).  ``False`` leaves them alone (their attention then runs
+            unemulated).  An eager HF model that is not watched is never switched.
         **options: options of the scheme (``config``, ``tau``, ``block_q``, ...).
 
     Returns:
@@ -846,7 +892,8 @@ def emulate(scheme: str, *, model=None, reference: bool = False, activations: st
     """
     return Emulation(scheme, model=model, reference=reference, activations=activations,
                      weights=weights, include=include, exclude=exclude,
-                     quantize_options=quantize_options, empty_rows=empty_rows, **options)
+                     quantize_options=quantize_options, empty_rows=empty_rows,
+                     hf_eager=hf_eager, **options)
 
 
 __all__ = ["emulate", "Emulation", "EmulationStats", "ModuleStats", "CallRecord",
