@@ -597,5 +597,11 @@ def test_studies_smoke():
     assert f9["rel_l2"].shape == (2, 2) and f9["rel_l2"][0, 1] > f9["rel_l2"][1, 1]
     assert f9["plateau"][f9["near_opt"]].all()
     assert "paper: plateau b >= 4" in study.format_figure9(f9)
+    f0 = study.figure9(bits=(4, 5), cs=(6.6,), heads=1, L=64, d=16, spread=10.0,
+                       plateau_tol=0.0)
+    assert f0["plateau"].sum() == 1 and f0["plateau_tol"] == 0.0
+    assert not np.array_equal(f0["rel_l2"][1], f9["rel_l2"][1, 1:])  # spread changes the input
+    with pytest.raises(ValueError, match="plateau_tol"):
+        study.figure9(bits=(4,), cs=(6.6,), heads=1, L=16, d=8, plateau_tol=-1.0)
     with pytest.raises(ValueError, match="workload"):
         study.workload("sinusoidal")

@@ -276,8 +276,39 @@ def test_study_mre_vs_fp8_small():
 
     res = S.mre_vs_fp8(lengths=(512,), dists=("uniform",), batch=1, heads=2, n_query=32)
     r = res["uniform"]
-    assert r["half"][0] < r["full"][0] < r["fp8_p_rtz"][0]
-    assert r["reduction_full_vs_fp8_p_rtz"][0] > 0.8
-    assert 0.05 < r["fp8_p_rtz"][0] < 0.12  # the paper's ~9 % FP8 error on rand inputs
+    assert r["half"][0] < r["full"][0] < r["fp8_rne"][0] < r["fp8"][0]
+    assert r["reduction"][0] > 0.8 and r["reduction_row4"][0] > 0.8
+    assert 0.05 < r["fp8"][0] < 0.12  # the paper's ~9 % FP8 error on rand inputs
+    assert 0.05 < r["fp8_row4"][0] < 0.12
+    assert r["fp8_qkv"][0] < 0.02  # q, k, v alone in E5M2: far below the paper's FP8 column
     assert "MRE" in S.format_mre_vs_fp8(res)
     assert S.mre(np.array([1.0, 2.0]), np.array([1.0, 4.0])) == pytest.approx(0.25, rel=1e-5)
+    with pytest.raises(ValueError, match="recipe"):
+        S.fp8_flash(np.zeros((2, 4), np.float16), np.zeros((2, 4), np.float16),
+                    np.zeros((2, 4), np.float16), 1.0, "e4m3")
+    with pytest.raises(ValueError, match="reference"):
+        S.mre_vs_fp8(lengths=(64,), reference="fp32")
+
+
+def test_study_helpers():
+    from lowprec.studies import intflash as S
+
+    # row4_mre: median over rows of the mean relative error of each row's last 4 elements
+    ref = np.ones((3, 6))
+    out = ref.copy()
+    out[0, -4:] = 1.5  # row 0: 0.5
+    out[1, -1] = 1.4  # row 1: 0.1
+    out[2, 0] = 9.0  # row 2: error outside the last 4 channels: 0
+    assert S.row4_mre(out, ref) == pytest.approx(0.1, rel=1e-4)
+    # the authors' float16 reference: float16 scores/probabilities/output, close to float64
+    q, k, v = S.make_inputs(128, "uniform", batch=1, heads=1, d=16, seed=3)
+    r16 = S.reference_fp16(q, k, v)
+    r64 = lp.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                       "reference", scale=1.0)
+    assert r16.dtype == np.float64 and np.all(r16 == r16.astype(np.float16))
+    assert 0 < np.abs(r16 - r64).max() < 2e-3
+    # FP8 recipes: P truncated toward zero loses mass (output biased low); q, k, v only is close
+    o_rtz = S.fp8_flash(q, k, v, 1.0, "p_rtz")
+    o_rne = S.fp8_flash(q, k, v, 1.0, "rne")
+    assert np.mean(o_rtz - r64) < -0.03 and abs(np.mean(o_rne - r64)) < 0.02
+    assert np.all(np.asarray(o_rne) == np.asarray(lp.quantize(np.asarray(o_rne), "e5m2")))

@@ -113,7 +113,7 @@ class QFlashConstants:
         """Constants from given scales (float64 arithmetic, Python ``round`` = ties to even).
 
         Raises ValueError when a scale is not finite and positive, or when ``R`` does not fit
-        ``[1, 2**31 - 1]`` (``s > 2`` or ``s < 2**-31``: the int32 hazards of the spec).
+        ``[1, 2**31 - 1]`` (``s >= 2`` or ``s < 2**-31``: the int32 hazards of the spec).
 
         Example::
 
@@ -130,10 +130,11 @@ class QFlashConstants:
                 raise ValueError(f"{name} must be finite and > 0, got {val}")
         s = float(scale) * LOG2E * (float(s_q) * float(s_k))
         inv = 1.0 / s
-        if not inv >= 0.5 or not math.isfinite(inv):
+        # round(0.5) = 0 (ties to even): s = 2 exactly also gives R = 0, so test R itself
+        if not math.isfinite(inv) or round(inv) < 1:
             raise ValueError(
-                f"score unit s = {s:.6g} > 2 gives R = round(1/s) = 0; QFlash needs "
-                "s <= 2 (smaller q/k magnitudes or scale)")
+                f"score unit s = {s:.6g} >= 2 gives R = round(1/s) = 0; QFlash needs "
+                "s < 2 (smaller q/k magnitudes or scale)")
         R = round(inv)
         if R > INT32_MAX:
             raise ValueError(

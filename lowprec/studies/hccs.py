@@ -185,8 +185,8 @@ def _sqnr(ref: np.ndarray, out: np.ndarray) -> float:
 
 
 ATTENTION_CONFIGS = {
-    "ivit": ("ivit", {}),
-    "ivit (logit_bits=8, out_bits=16)": ("ivit", {"logit_bits": 8, "out_bits": 16}),
+    "ivit (logit_bits=8, out_bits=16: default)": ("ivit", {}),
+    "ivit (int32 logits, out_bits=8)": ("ivit", {"logit_bits": None, "out_bits": 8}),
     "ibert": ("ibert", {}),
     "ibert (out_bits=16)": ("ibert", {"out_bits": 16}),
     "hccs (i16_div)": ("hccs", {}),

@@ -162,26 +162,48 @@ def print_table9(res: dict) -> None:
 
 
 def figure9(bits=FIG9_BITS, cs=FIG9_C, *, workload_name: str = "structured", heads: int = 4,
-            L: int = 256, d: int = 64, causal: bool = False, seed: int = 0) -> dict:
+            L: int = 256, d: int = 64, causal: bool = False, seed: int = 0,
+            spread: float = 3.0, plateau_tol: float = PLATEAU_TOL) -> dict:
     """Figure 9: ``intattention`` output error against float64 attention over a (b, c) grid.
+
+    Why our plateau starts at ``b = 5`` where the paper's starts at ``b = 4`` (issue 4): the
+    paper colours a cell red when the *task* degrades (> 1 PPL on Llama-3.2-1B or > 0.3 %
+    top-1 on DeiT-B); we have no model and use the relative L2 error of the attention output
+    with a threshold relative to the grid's best cell.  At ``b = 4`` the LUT step is
+    ``c / 15`` = 0.44 nats (``c = 6.6``) and the authors' floor index over-estimates every
+    non-maximal probability by up to ``e**0.44`` = 1.55x, so on the default workload
+    (``structured``, score std 3) the output error at ``b = 4``, ``c`` in [5.5, 7.5] is
+    8.8 to 12.9 % against a best of 3.9 % (2.2 to 3.3x; ``quant_only`` 4.5 %): outside a 50 %
+    band, but the kind of error a trained model absorbs.  The ratio shrinks as attention gets
+    sharper (most mass on the exact ``LUT[0] = 255`` entry): with ``spread=10`` (best 4.5 %,
+    quant_only 4.5 %) ``b = 4`` gives 5.5 to 6.5 % for ``c`` in [4, 6.5] and enters the 50 %
+    band there (up to 6.5), but the band's lower ``c`` edge then falls to 3.0.  On the default
+    workload the plateau for ``b >= 5`` starts at ``c = 5.5`` as in the paper, and its upper
+    end is open (c up to 10 stays within 50 % for ``b >= 6``); the best ``c`` per ``b`` grows
+    with ``b`` (6.0 at b = 5, 6.5 at b = 6), consistent with a ridge near 6.6.
 
     Args:
         bits: LUT resolutions ``b`` (rows of the grid).
         cs: clipping thresholds ``c`` (columns).
         workload_name: ``"random"`` or ``"structured"`` (:func:`workload`).
         heads, L, d, causal, seed: the input.
+        spread: score standard deviation of the ``structured`` workload.
+        plateau_tol: a cell is on the plateau when its error is within this fraction of the
+            grid's best (default 0.5).
 
     Returns:
         ``{"bits": [...], "c": [...], "rel_l2": (nb, nc) array, "cos": (nb, nc) array,
         "quant_only": metrics of the ``quant_only`` baseline on the same input,
         "near_opt": (nb, nc) bool array (error within ``NEAR_OPT_TOL`` = 10 % of the grid's
-        best), "plateau": the same within ``PLATEAU_TOL`` = 50 %,
+        best), "plateau": the same within ``plateau_tol``,
         "best": (b, c) of the smallest error, "best_c": {b: c minimising the error}}``.
 
     Example:
         >>> print_figure9(figure9(bits=(3, 5), cs=(4.0, 6.6), heads=1, L=64))
     """
-    q, k, v = workload(workload_name, heads, L, d, seed=seed)
+    if not plateau_tol >= 0:
+        raise ValueError(f"plateau_tol must be >= 0, got {plateau_tol}")
+    q, k, v = workload(workload_name, heads, L, d, spread=spread, seed=seed)
     ref = attention(q, k, v, "reference", causal=causal).astype(np.float64)
     bits = [int(b) for b in bits]
     cs = [float(c) for c in cs]
@@ -197,7 +219,7 @@ def figure9(bits=FIG9_BITS, cs=FIG9_C, *, workload_name: str = "structured", hea
     return {
         "bits": bits, "c": cs, "rel_l2": err, "cos": cos, "quant_only": qo,
         "near_opt": err <= (1.0 + NEAR_OPT_TOL) * err.min(),
-        "plateau": err <= (1.0 + PLATEAU_TOL) * err.min(),
+        "plateau": err <= (1.0 + plateau_tol) * err.min(), "plateau_tol": plateau_tol,
         "best": (bits[best[0]], cs[best[1]]),
         "best_c": {b: cs[int(np.argmin(err[i]))] for i, b in enumerate(bits)},
         "workload": workload_name,
@@ -214,11 +236,12 @@ def _region(bits, cs, mask) -> str:
 
 def format_figure9(res: dict) -> str:
     """Figure 9 as a text grid (relative L2 error in %; ``*`` within 10 % of the best, ``+``
-    within 50 %) with the paper's claim and ours."""
+    within ``plateau_tol``) with the paper's claim and ours."""
     cs, bits, err = res["c"], res["bits"], res["rel_l2"]
     near, plat = res["near_opt"], res["plateau"]
+    tol = res.get("plateau_tol", PLATEAU_TOL)
     lines = [f"Figure 9 ({res['workload']}): intattention rel. L2 error (%) vs float64; "
-             f"* = within {NEAR_OPT_TOL:.0%} of the best, + = within {PLATEAU_TOL:.0%}",
+             f"* = within {NEAR_OPT_TOL:.0%} of the best, + = within {tol:.0%}",
              "b \\ c " + "".join(f"{c:>7.1f}" for c in cs)]
     for i, b in enumerate(bits):
         row = "".join(f"{100 * err[i, j]:>6.2f}"
@@ -227,7 +250,7 @@ def format_figure9(res: dict) -> str:
         lines.append(f"{b:>5} " + row)
     lines.append(f"quant_only on the same input: {100 * res['quant_only']['rel_l2']:.2f} %")
     lines.append(f"ours:  best (b, c) = {res['best']}; best c per b: {res['best_c']}")
-    lines.append(f"       within 50 %: {_region(bits, cs, plat)}")
+    lines.append(f"       within {tol:.0%}: {_region(bits, cs, plat)}")
     lines.append(f"       within 10 %: {_region(bits, cs, near)}")
     p = PAPER_FIGURE9
     lines.append(f"paper: plateau b >= {p['bits_min']}, c in [{p['c_range'][0]}, "
