@@ -11,6 +11,9 @@ Two kinds of comparison, per format, rounding mode and saturation flag:
 * ``generic``: the vectorized float32 fast path against the generic kernel
   (``run_kernel(..., generic=True)``) on the same bits, exactly (codes and value bits), for
   every deterministic mode asked for.
+* ``fused``: the same comparison for codes only, with both per-element encoders called inside
+  one parallel Numba loop that counts mismatches (no arrays; about 10x faster than
+  ``generic``, ~2 minutes per format, mode and saturation flag on 2 cores).
 
 Usage::
 
@@ -18,6 +21,7 @@ Usage::
     python scripts/exhaustive_sweep.py --formats hif8 --checks peer
     python scripts/exhaustive_sweep.py --modes all --checks generic
     python scripts/exhaustive_sweep.py --start 0x3F000000 --stop 0x40000000   # a slice
+    python scripts/exhaustive_sweep.py --formats hif8 --modes all --checks fused
 
 It prints one progress line per chunk of 2^24 patterns and a summary such as
 ``hif8 nearest_away nonsat codes vs en-dtypes: 0 mismatches over 4294967296 patterns``.
@@ -34,10 +38,11 @@ from dataclasses import dataclass, field
 import en_dtypes
 import ml_dtypes
 import numpy as np
+from numba import njit, prange
 
 import lowprec as lp
 from lowprec.formats.hif8 import HIF8_SPEC
-from lowprec.formats.minifloat import SPECS, run_kernel
+from lowprec.formats.minifloat import SPECS, make_kernel, run_kernel, scalar_code32
 
 FORMATS = ("hif8", "e4m3", "e5m2")
 DET_MODES = ("nearest_even", "nearest_away", "toward_zero", "up", "down")
@@ -101,6 +106,56 @@ def _run(fmt, bits, mode, sat, want_value, generic):
     return out
 
 
+_FUSED: dict = {}
+
+
+def _fused_counter(fmt: str, mode: str, sat: bool):
+    """A parallel Numba function ``count(start, stop, nchunks) -> (mismatches, first)``
+    comparing the fast path's and the generic kernel's per-element encoders on the float32
+    patterns ``start <= bits < stop`` (``first``: the first mismatching pattern of each of the
+    ``nchunks`` sub-ranges, or -1)."""
+    key = (fmt, mode, sat)
+    if key not in _FUSED:
+        spec, m = KERNEL_SPECS[fmt], int(lp.Rounding[mode.upper()])
+        fast = scalar_code32(spec, m, sat)
+        gen = make_kernel(spec, False, m, sat, None)
+
+        @njit(parallel=True, nogil=True)
+        def count(start, stop, nchunks):
+            bad = np.zeros(nchunks, np.int64)
+            first = np.full(nchunks, -1, np.int64)
+            step = (stop - start + nchunks - 1) // nchunks
+            for c in prange(nchunks):
+                lo = start + c * step
+                hi = min(stop, lo + step)
+                n = 0
+                for x in range(lo, hi):
+                    u = np.uint32(x)
+                    want = gen(u, np.uint64(0), np.int64(0), np.int64(32))[0]
+                    if np.uint8(fast(u)) != np.uint8(want):
+                        if n == 0:
+                            first[c] = x
+                        n += 1
+                bad[c] = n
+            return bad.sum(), first
+
+        _FUSED[key] = count
+    return _FUSED[key]
+
+
+def _fused_chunk(tally: Tally, fmt: str, mode: str, sat: bool, lo: int, hi: int) -> None:
+    t0 = time.perf_counter()
+    nbad, first = _fused_counter(fmt, mode, sat)(lo, hi, 256)
+    tally.patterns += hi - lo
+    tally.mismatches += int(nbad)
+    ex = first[first >= 0][: MAX_EXAMPLES - len(tally.examples)].astype(np.uint32)
+    if ex.size:
+        got = _run(fmt, ex, mode, sat, False, False)
+        exp = _run(fmt, ex, mode, sat, False, True)
+        tally.examples += [(int(b), int(g), int(e)) for b, g, e in zip(ex, got, exp, strict=True)]
+    tally.seconds += time.perf_counter() - t0
+
+
 def _sat_name(sat: bool) -> str:
     return "sat" if sat else "nonsat"
 
@@ -121,6 +176,10 @@ def make_tallies(formats, modes, sats, checks, values):
                     for out in outs:
                         name = f"{fmt} {mode} {_sat_name(sat)} {out} fast path vs generic kernel"
                         t["generic", fmt, mode, sat, out] = Tally(name)
+            if "fused" in checks:
+                for mode in modes:
+                    name = f"{fmt} {mode} {_sat_name(sat)} codes fast path vs generic kernel"
+                    t["fused", fmt, mode, sat, "codes"] = Tally(name + " (fused)")
     return t
 
 
@@ -138,6 +197,9 @@ def sweep_chunk(bits: np.ndarray, tallies: dict) -> None:
         return cache[key]
 
     for (check, fmt, mode, sat, out), tally in tallies.items():
+        if check == "fused":
+            _fused_chunk(tally, fmt, mode, sat, int(bits[0]), int(bits[-1]) + 1)
+            continue
         got, dt = ours(fmt, mode, sat, out)
         t0 = time.perf_counter()
         if check == "peer":
@@ -171,12 +233,16 @@ def sweep(formats=FORMATS, modes=None, sats=(False, True), checks=("peer", "gene
     tallies = make_tallies(formats, modes, sats, checks, values)
     if not tallies:
         raise ValueError("nothing to compare: check --formats / --modes / --checks")
+    only_fused = all(key[0] == "fused" for key in tallies)
     chunk = 1 << chunk_log2
     t_start = time.perf_counter()
     n_chunks = (stop - start + chunk - 1) // chunk
     for k, lo in enumerate(range(start, stop, chunk)):
         hi = min(stop, lo + chunk)
-        bits = np.arange(lo, hi, dtype=np.uint64).astype(np.uint32)
+        if only_fused:  # the fused checks only read the first and last pattern
+            bits = np.array([lo, hi - 1], dtype=np.uint32)
+        else:
+            bits = np.arange(lo, hi, dtype=np.uint64).astype(np.uint32)
         sweep_chunk(bits, tallies)
         if progress:
             el = time.perf_counter() - t_start
@@ -203,7 +269,8 @@ def main(argv=None) -> int:
                         "mode, the generic check every listed mode on every format")
     p.add_argument("--sat", choices=("both", "nonsat", "sat"), default="both")
     p.add_argument("--checks", default="peer,generic",
-                   help="comma-separated subset of peer,generic (default: both)")
+                   help="comma-separated subset of peer,generic,fused (default: "
+                        "peer,generic)")
     p.add_argument("--no-values", action="store_true", help="compare codes only")
     p.add_argument("--start", type=_parse_int, default=0, help="first bit pattern (default 0)")
     p.add_argument("--stop", type=_parse_int, default=N_ALL,
@@ -227,8 +294,8 @@ def main(argv=None) -> int:
                 p.error(f"mode {m!r} is not one of {', '.join(DET_MODES)}, own, all")
     checks = tuple(c.strip() for c in a.checks.split(",") if c.strip())
     for c in checks:
-        if c not in ("peer", "generic"):
-            p.error(f"check {c!r} is not one of peer, generic")
+        if c not in ("peer", "generic", "fused"):
+            p.error(f"check {c!r} is not one of peer, generic, fused")
     sats = {"both": (False, True), "nonsat": (False,), "sat": (True,)}[a.sat]
     if not 0 <= a.start < a.stop <= N_ALL:
         p.error("need 0 <= start < stop <= 2^32")

@@ -17,10 +17,13 @@ __all__ = ["encode", "decode", "quantize"]
 
 
 def _float_spec(name: str):
-    from .hif8 import HIF8_SPEC
+    if name == "hif8":
+        from .hif8 import HIF8_SPEC
+
+        return HIF8_SPEC
     from .minifloat import SPECS
 
-    return HIF8_SPEC if name == "hif8" else SPECS[name]
+    return SPECS[name]
 
 
 def _no_extra(kwargs: dict, fmt: str, allowed: str) -> None:

@@ -186,12 +186,26 @@ def _register(fmt: Format) -> None:
     _REGISTRY[fmt.info.name] = fmt
 
 
+# the family module that registers each format (imported on first use of one of its formats)
+_FAMILY = {"hif8": "hif8", "e4m3": "minifloat", "e5m2": "minifloat", "mxfp8_e4m3": "mx",
+           "mxfp8_e5m2": "mx", "int8": "integer", "uint8": "integer"}
+
+
 def _ensure_registry() -> None:
     # Import every family for the side effect of registration (each module registers its
     # formats on import).  Not conditional on an empty registry: importing one family module
     # directly (e.g. minifloat) must not hide the others.
     if len(_REGISTRY) < len(_ORDER):
         from . import hif8, integer, minifloat, mx  # noqa: F401
+
+
+def _ensure_family(key: str) -> None:
+    # Import only the family of one format: a first ``encode(x, "e4m3")`` then does not pay
+    # for importing the MX and integer codecs.
+    if key not in _REGISTRY:
+        import importlib
+
+        importlib.import_module(f"{__package__}.{_FAMILY[key]}")
 
 
 def available_formats() -> list[str]:
@@ -216,9 +230,10 @@ def get_format(name: str | Format) -> Format:
         return name
     if not isinstance(name, str):
         raise TypeError(f"format name must be a string, got {type(name).__name__}")
-    _ensure_registry()
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
+    if key in _FAMILY:
+        _ensure_family(key)
     try:
         return _REGISTRY[key]
     except KeyError:

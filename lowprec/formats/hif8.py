@@ -116,22 +116,31 @@ def _decode_code(c: int) -> float:
 
 
 @njit(inline="always", cache=True)
-def _binade_code32(e):
-    """:func:`binade_code` in branch-free 32-bit arithmetic, for the vectorized encoder
-    (``e`` int32 in [-22, 15]; tested equal to :func:`binade_code`).
+def _code_of_bits32(r):
+    """Positive HiF8 code of a float32 magnitude on the HiF8 grid, from its bits ``r`` (uint32),
+    in branch-free 32-bit arithmetic for the vectorized encoders.
 
-    For ``|e| >= 2`` with ``D`` exponent bits and ``w = 5 - D`` mantissa bits the code is
-    ``(D - 1) << 5 | Se << 4 | (|e| - 2**(D-1)) << w``; |e| = 1, 0 and the DML binades are
-    selected separately.
+    ``r`` may carry nonzero bits below the binade's ``w`` mantissa bits (they are ignored:
+    truncation), so a ties-away encoder can pass ``|x| + half`` unshifted.  Valid for
+    ``2**-22 <= value < 2**16``; Inf/overflow/NaN are the caller's (tested equal to
+    :func:`binade_code` plus the mantissa on every binade).
+
+    With ``a = |E|`` and ``w`` the binade's mantissa width, ``x = a << 3 | m3`` (``m3`` the top
+    3 mantissa bits): for ``|E| >= 2`` (``D = 5 - w`` exponent bits) the code
+    ``(D - 1) << 5 | Se << 4 | (a - 2**(D-1)) << w | m3 >> (3 - w)`` equals
+    ``(x >> (3 - w)) + ((4 - w) << 5) + 16 * Se - 16``, because ``2**(D-1) << w == 16``;
+    ``|E| <= 1`` (prefixes 001 and 0001) is ``x + 8 + 8 * Se`` and the DML binades are ``E + 23``.
     """
     U = np.uint32
-    ae = U(abs(e))
-    w = U(U(U(U(3) - U(ae >= U(4))) - U(ae >= U(8))))  # D = 2, 3, 4 -> w = 3, 2, 1
-    se = U(U(0x10) if e < np.int32(0) else U(0))
-    c = U(U(U(U(U(4) - w) << U(5)) | se) | shl32(U(ae - shr32(U(16), w)), w))
-    c = U(U(0x10) | U(se >> U(1))) if ae == U(1) else c
-    c = U(0x08) if ae == U(0) else c
-    return U(e + np.int32(23)) if e <= np.int32(-16) else c
+    I = np.int32
+    e = I(I(shr32(r, U(23))) - I(127))
+    a = max(e, I(-e))
+    w = I(I(I(I(3) - I(a >= I(4))) - I(a >= I(8))) - I(a >= I(16)))
+    se16 = shl32(shr32(U(e), U(31)), U(4))  # 16 * Se
+    x = U(shl32(U(a), U(3)) | U(shr32(r, U(20)) & U(7)))
+    c = U(U(shr32(x, U(I(3) - w)) + shl32(U(I(4) - w), U(5))) + U(se16 - U(16)))
+    c = U(U(x + U(8)) + shr32(se16, U(1))) if a <= I(1) else c
+    return U(e + I(23)) if e <= I(-16) else c
 
 
 HIF8_VALUES = np.array([_decode_code(c) for c in range(256)], dtype=np.float32)
@@ -147,7 +156,7 @@ HIF8_SPEC = FloatSpec(
     m_tab=[mantissa_bits(e) if e <= HIF8_EMAX else 1 for e in _E_RANGE],
     base_tab=[binade_code(e) if e <= HIF8_EMAX else 0 for e in _E_RANGE],
     taper=(4, 8, 16),  # w = 3 - #{4, 8, 16 <= |E|}
-    code_fn=_binade_code32,
+    code_fn=_code_of_bits32,
     neg_zero=False,
     inf_code=HIF8_INF,
     nan_code=HIF8_NAN,
