@@ -2,8 +2,14 @@
 
 ``lowprec formats``        table of every format (bits, range, specials, default rounding)
 ``lowprec formats NAME``   properties of one format and the value of each of its 256 codes
+``lowprec study``          the main job: every attention scheme on the default workloads (and
+                           the installed real models), accuracy and restart-rate tables, plots
+                           and a JSON report in ``--out`` (:mod:`lowprec.studies.main`)
+``lowprec bench``          speed ratios of the codecs and attention schemes against their peers
+                           (:mod:`lowprec.studies.bench`)
 
-(``lowprec study`` and ``lowprec bench`` arrive with the studies and kernels.)
+Every sub-command has ``--help``.  Errors in the arguments print one line to stderr and exit
+with status 2.
 """
 
 from __future__ import annotations
@@ -92,29 +98,161 @@ def _cmd_formats(args) -> int:
     return 0
 
 
+def _fail(cmd: str, e: BaseException) -> int:
+    print(f"lowprec {cmd}: error: {e}", file=sys.stderr)
+    return 2
+
+
+def _cmd_study(args) -> int:
+    from .studies import main as study
+
+    if args.list_schemes:
+        for label, (scheme, opts) in study.scheme_runs().items():
+            extra = ", ".join(f"{k}={v}" for k, v in opts.items())
+            print(f"{label:<24} scheme {scheme!r}{' (' + extra + ')' if extra else ''}")
+        return 0
+    try:
+        selected = study.scheme_runs(args.schemes) if args.schemes else None
+        study.resolve_models(args.model, quick=args.quick)  # fail early, before any work
+    except (ValueError, ImportError) as e:
+        return _fail("study", e)
+    study.run_study(args.model, list(selected) if selected else None, quick=args.quick,
+                    out=args.out, progress=not args.no_progress, plots=not args.no_plots,
+                    seed=args.seed)
+    return 0
+
+
+def _cmd_bench(args) -> int:
+    from .studies import bench
+
+    if args.repeat is not None and args.repeat < 1:
+        return _fail("bench", ValueError(f"--repeat must be >= 1, got {args.repeat}"))
+    if args.n is not None and args.n < 1:
+        return _fail("bench", ValueError(f"--n must be >= 1, got {args.n}"))
+    bench.set_omp_wait_policy()  # before torch is imported
+    progress = not args.no_progress
+    res = {}
+    print(f"lowprec bench{' (quick)' if args.quick else ''}: {bench.machine_line()}")
+    if args.section in ("all", "formats"):
+        n = args.n or (bench.N_QUICK if args.quick else bench.N_DEFAULT)
+        r = bench.bench_formats(n, args.repeat or (3 if args.quick else 7), progress=progress)
+        res["formats"] = r
+        print(bench.format_bench_formats(r))
+    if args.section in ("all", "attention"):
+        from .studies.main import scheme_runs
+
+        try:
+            runs = scheme_runs(args.schemes) if args.schemes else None
+        except ValueError as e:
+            return _fail("bench", e)
+        shapes = bench.QUICK_ATTENTION_SHAPES if args.quick else bench.ATTENTION_SHAPES
+        r = bench.bench_attention(shapes, args.repeat or 3, runs, progress=progress)
+        res["attention"] = r
+        print()
+        print(bench.format_bench_attention(r))
+    print(f"\n{bench.machine_line()}")
+    if args.json:
+        import json
+
+        from .studies.main import to_jsonable
+
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(to_jsonable(res), fh, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``lowprec`` command."""
+    from . import __version__
+    from .studies.main import DEFAULT_OUT, MODEL_CHOICES
+
     p = argparse.ArgumentParser(
         prog="lowprec",
         description="Bit-exact emulation of low-precision number formats and attention.",
+        epilog="Run `lowprec COMMAND --help` for a command's options.",
     )
+    p.add_argument("--version", action="version", version=f"lowprec {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     pf = sub.add_parser("formats", help="print the format table, or one format's code table",
                         description="Without NAME: one line per format. With NAME: its "
                                     "properties and the value of each of its 256 codes.")
     pf.add_argument("name", nargs="?", help="a format name (see `lowprec formats`)")
     pf.set_defaults(func=_cmd_formats)
+
+    ps = sub.add_parser(
+        "study", help="the main job: every scheme, accuracy and restart-rate tables, plots, "
+                      "a JSON report",
+        description="Run every attention scheme on the default workloads (synthetic LM-like "
+                    "decoder heads, encoder heads and U(-4, 4) ViT-shaped inputs; plus the "
+                    "real models that are installed: SmolLM2 perplexity and restart rates, "
+                    "MiniLM embeddings), compare with float64 attention, sweep the BAPS "
+                    "restart threshold, print the tables and write plots, summary.txt and "
+                    "report.json to --out.",
+        epilog="Example: lowprec study --quick --schemes flash,baps,intattention --out run1")
+    ps.add_argument("--model", choices=MODEL_CHOICES, default="auto",
+                    help="real models to run: auto = every installed one (none: synthetic "
+                         "workloads only); synthetic = none; all = both (default: auto)")
+    ps.add_argument("--schemes", metavar="LIST",
+                    help="comma-separated scheme names or runs (e.g. baps/e2e_hif8,qflash; "
+                         "see --list-schemes); default: all")
+    ps.add_argument("--quick", action="store_true",
+                    help="small sizes (a few minutes on 2 cores, including Numba compilation)")
+    ps.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                    help=f"output folder for plots and report.json (default: {DEFAULT_OUT})")
+    ps.add_argument("--no-plots", action="store_true", help="do not write plots")
+    ps.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ps.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    ps.add_argument("--list-schemes", action="store_true",
+                    help="list the scheme runs and exit")
+    ps.set_defaults(func=_cmd_study)
+
+    pb = sub.add_parser(
+        "bench", help="speed ratios of codecs and attention schemes against their peers",
+        description="Time lowprec's encode/quantize against ml_dtypes, torch and en-dtypes "
+                    "(those installed) and every attention scheme against torch SDPA, "
+                    "round-robin in one process; print the medians and ratios. The source "
+                    "checkout's benchmarks/ folder has the full reports.")
+    pb.add_argument("--section", choices=("all", "formats", "attention"), default="all",
+                    help="what to time (default: all)")
+    pb.add_argument("--quick", action="store_true", help="small inputs, fewer rounds")
+    pb.add_argument("--n", type=int, help="float32 elements for the codec section "
+                                          "(default 2^22, quick 2^20)")
+    pb.add_argument("--repeat", type=int, help="timed rounds (default 7 codecs / 3 attention)")
+    pb.add_argument("--schemes", metavar="LIST",
+                    help="attention runs to time (as `lowprec study --schemes`)")
+    pb.add_argument("--json", metavar="PATH", help="also write the results to this file")
+    pb.add_argument("--no-progress", action="store_true", help="no progress bars")
+    pb.set_defaults(func=_cmd_bench)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``lowprec`` console script."""
+    """Entry point of the ``lowprec`` console script.
+
+    Args:
+        argv: arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 on success, 2 for a usage error, 130 when interrupted.
+
+    Example:
+        >>> main(["formats"])  # doctest: +SKIP
+        0
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("lowprec: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

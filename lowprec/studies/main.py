@@ -1,0 +1,815 @@
+"""The main study behind ``lowprec study``: every scheme on one workload, a table, plots, a report.
+
+:func:`run_study` is the job.  It
+
+1. builds the attention workloads (:func:`synthetic_workloads`): ``decoder`` (causal heads with
+   an attention sink and a competing recency bump, as in language models), ``encoder``
+   (non-causal peaked heads with a sink) and ``uniform`` (the integer papers' U(-4, 4) float16
+   inputs at ViT-B shape);
+2. runs every attention scheme (:func:`scheme_runs`: ``flash``, the seven BAPS configurations,
+   the integer schemes and their baselines) on each workload and compares it with float64
+   attention (:func:`compare_schemes`: relative L2 error, cosine similarity, SQNR; restart
+   rates for BAPS);
+3. sweeps the BAPS restart threshold tau on the decoder workload (restart rate against tau,
+   the BAPS Table 4 / Figure 4 analogue);
+4. when a real model is installed (``lowprec.torch.models``), runs the schemes on it too
+   (SmolLM2 perplexity and restart rates per layer and head, MiniLM embedding cosine);
+5. prints the tables (:func:`format_report`), writes ``report.json``, ``summary.txt`` and the
+   plots (:func:`write_plots`, matplotlib with the Agg backend) to the output folder.
+
+``quick=True`` shrinks every size (about a minute on two cores once Numba's cache is warm).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..kernels import attention, schemes
+from . import baps as _baps
+from . import intattention as _ia
+
+DEFAULT_OUT = "lowprec-study"
+#: ``--model`` choices: auto = the real models that are installed, else synthetic only.
+MODEL_CHOICES = ("auto", "synthetic", "minilm", "smollm2", "all")
+#: scheme -> variants run by the study: {label suffix: options}
+_VARIANTS = {
+    "baps": "config",
+    "intflash": "variant",
+}
+_SKIP = ("reference",)  # the oracle every scheme is compared with
+#: display order of the schemes (float first, then the integer papers, then baselines);
+#: schemes not listed follow in registry order
+ORDER = ("flash", "baps", "intflash", "qflash", "intattention", "quant_only",
+         "index_softmax_only", "exaq", "hccs", "ivit", "ibert")
+#: sizes: name -> (quick, default)
+SIZES = {
+    "decoder": ({"L": 256, "heads": 8}, {"L": 1024, "heads": 8}),
+    "encoder": ({"L": 128, "heads": 6}, {"L": 384, "heads": 12}),
+    "restart": ({"L": 512, "heads": 8, "seeds": (0,)}, {"L": 1024, "heads": 16,
+                                                         "seeds": (0, 1)}),
+}
+TAUS = (0, 1, 2, 3)
+#: the QFlash Table 1 workload A2 (ViT-S/16 attention: 6 heads, 197 tokens, d = 64)
+UNIFORM_SHAPE = (1, 6, 197, 64)
+UNIFORM_AMPLITUDE = 4.0
+
+
+# ----------------------------------------------------------------------------------------
+# schemes
+
+
+def scheme_runs(selected=None) -> dict[str, tuple[str, dict]]:
+    """The attention runs of the study: ``{label: (scheme, options)}``.
+
+    Every registered attention scheme except ``reference`` (the oracle) is run with its
+    defaults; ``baps`` once per configuration (label ``baps/<config>``) and ``intflash`` once
+    per variant (``intflash/full``, ``intflash/half``).
+
+    Args:
+        selected: None for all, or an iterable of labels and scheme names (a scheme name
+            selects all its labels), e.g. ``["flash", "baps/e2e_hif8", "intflash"]``.
+
+    Returns:
+        The runs in a stable order.
+
+    Raises:
+        ValueError: an unknown name (the message lists the valid ones).
+
+    Example:
+        >>> list(scheme_runs(["baps/e2e_hif8", "qflash"]))
+        ['baps/e2e_hif8', 'qflash']
+    """
+    from ..kernels.baps import CONFIGS
+    from ..kernels.intflash import VARIANTS
+
+    variants = {"baps": list(CONFIGS), "intflash": list(VARIANTS)}
+    runs: dict[str, tuple[str, dict]] = {}
+    names = [n for n in ORDER if n in schemes()] + [n for n in schemes() if n not in ORDER]
+    for name in names:
+        if name in _SKIP:
+            continue
+        if name in variants:
+            for v in variants[name]:
+                runs[f"{name}/{v}"] = (name, {_VARIANTS[name]: v})
+        else:
+            runs[name] = (name, {})
+    if selected is None:
+        return runs
+    if isinstance(selected, str):
+        selected = [s for s in selected.split(",") if s.strip()]
+    chosen: dict[str, tuple[str, dict]] = {}
+    for item in selected:
+        item = item.strip()
+        hits = [k for k in runs if k == item or runs[k][0] == item]
+        if not hits:
+            names = sorted(set(runs) | {r[0] for r in runs.values()})
+            raise ValueError(f"scheme {item!r} is not one of {', '.join(names)}")
+        for k in hits:
+            chosen[k] = runs[k]
+    if not chosen:
+        raise ValueError("no scheme selected")
+    return {k: chosen[k] for k in runs if k in chosen}
+
+
+# ----------------------------------------------------------------------------------------
+# workloads
+
+
+def synthetic_workloads(quick: bool = False, *, seed: int = 0) -> dict:
+    """The synthetic attention workloads of the study.
+
+    Args:
+        quick: small sizes (see :data:`SIZES`).
+        seed: input seed.
+
+    Returns:
+        ``{name: {"q", "k", "v": float32 arrays (heads, L, d) or (B, H, L, d), "causal": bool,
+        "description": str}}`` for ``decoder``, ``encoder`` and ``uniform``.
+    """
+    i = 0 if quick else 1
+    dec, enc = SIZES["decoder"][i], SIZES["encoder"][i]
+    q, k, v, _ = _baps.sink_recency_inputs(dec["L"], heads=dec["heads"], d=64, seed=seed)
+    out = {"decoder": {"q": q, "k": k, "v": v, "causal": True,
+                       "description": f"causal LM-like heads (sink + recency), "
+                                      f"{dec['heads']} heads x {dec['L']} tokens, d = 64"}}
+    q, k, v = _ia.workload("structured", enc["heads"], enc["L"], 64, seed=seed)
+    out["encoder"] = {"q": q, "k": k, "v": v, "causal": False,
+                      "description": f"encoder heads (score std 3, sink), {enc['heads']} heads "
+                                     f"x {enc['L']} tokens, d = 64"}
+    rng = np.random.default_rng(seed + 1)
+    q, k, v = (rng.uniform(-UNIFORM_AMPLITUDE, UNIFORM_AMPLITUDE, UNIFORM_SHAPE)
+               .astype(np.float16).astype(np.float32) for _ in range(3))
+    out["uniform"] = {"q": q, "k": k, "v": v, "causal": False,
+                      "description": f"U(-4, 4) float16 inputs, shape {UNIFORM_SHAPE} "
+                                     "(QFlash workload A2)"}
+    return out
+
+
+def accuracy_metrics(out, ref) -> dict:
+    """Relative L2 error, cosine similarity, SQNR (dB) and max abs error of ``out`` against
+    ``ref`` (float64; non-finite outputs count as infinite error).
+
+    Example:
+        >>> m = accuracy_metrics(np.array([1.0, 2.0]), np.array([1.0, 2.0]))
+        >>> m["rel_l2"], m["sqnr_db"]
+        (0.0, inf)
+    """
+    a = np.asarray(out, dtype=np.float64).reshape(-1)
+    b = np.asarray(ref, dtype=np.float64).reshape(-1)
+    finite = bool(np.all(np.isfinite(a)))
+    if not finite:
+        return {"rel_l2": math.inf, "cos": math.nan, "sqnr_db": -math.inf,
+                "max_abs": math.inf, "nonfinite": int(np.count_nonzero(~np.isfinite(a)))}
+    d = a - b
+    nd, nb = float(np.linalg.norm(d)), float(np.linalg.norm(b))
+    rel = nd / nb
+    return {"rel_l2": rel,
+            "cos": float(a @ b / (np.linalg.norm(a) * nb)),
+            "sqnr_db": 20 * math.log10(nb / nd) if nd > 0 else math.inf,
+            "max_abs": float(np.max(np.abs(d))) if d.size else 0.0,
+            "nonfinite": 0}
+
+
+def _bar(total: int, desc: str, enabled: bool):
+    """A tqdm bar (stderr) or a silent stand-in when tqdm is missing or ``enabled`` is False."""
+    if enabled:
+        try:
+            from tqdm.auto import tqdm
+
+            return tqdm(total=total, desc=desc, unit="run", leave=False, file=sys.stderr)
+        except ImportError:
+            pass
+
+    class _Null:
+        def update(self, n=1):
+            pass
+
+        def set_postfix_str(self, s):
+            pass
+
+        def close(self):
+            pass
+
+    return _Null()
+
+
+def compare_schemes(workloads: dict, runs: dict | None = None, *, progress: bool = False) -> dict:
+    """Run every scheme on every workload and compare with float64 attention.
+
+    Args:
+        workloads: as :func:`synthetic_workloads`.
+        runs: as :func:`scheme_runs` (default: all).
+        progress: show a tqdm progress bar.
+
+    Returns:
+        ``{"workloads": {name: description}, "rows": {label: {workload: metrics}}}`` where
+        metrics are :func:`accuracy_metrics` plus ``seconds`` and, for BAPS, ``restart_rate``
+        and ``peak_restart_rate``; a run that raised has ``{"error": message}`` instead.
+
+    Example:
+        >>> res = compare_schemes(synthetic_workloads(quick=True), scheme_runs(["flash"]))
+        >>> res["rows"]["flash"]["decoder"]["rel_l2"] < 1e-5
+        True
+    """
+    runs = scheme_runs() if runs is None else runs
+    rows: dict = {label: {} for label in runs}
+    bar = _bar(len(runs) * len(workloads), "schemes", progress)
+    for wname, w in workloads.items():
+        q, k, v, causal = w["q"], w["k"], w["v"], w["causal"]
+        ref = attention(*(a.astype(np.float64) for a in (q, k, v)), "reference", causal=causal)
+        for label, (scheme, opts) in runs.items():
+            bar.set_postfix_str(f"{wname}: {label}")
+            t0 = time.perf_counter()
+            try:
+                out, st = attention(q, k, v, scheme, causal=causal, return_stats=True, **opts)
+            except (ValueError, FloatingPointError, OverflowError) as e:
+                rows[label][wname] = {"error": f"{type(e).__name__}: {e}"}
+                bar.update()
+                continue
+            m = accuracy_metrics(out, ref)
+            m["seconds"] = time.perf_counter() - t0
+            if scheme == "baps" and hasattr(st, "restart_rate"):
+                m["restart_rate"] = float(st.restart_rate)
+                m["peak_restart_rate"] = float(st.peak_restart_rate)
+            rows[label][wname] = m
+            bar.update()
+    bar.close()
+    return {"workloads": {n: w["description"] for n, w in workloads.items()}, "rows": rows}
+
+
+def restart_sweep(taus=TAUS, *, quick: bool = False, progress: bool = False) -> dict:
+    """BAPS ``e2e_hif8`` restart rate against tau on the decoder workload
+    (:func:`lowprec.studies.baps.restart_vs_tau` at the study's sizes).
+
+    Returns:
+        :func:`~lowprec.studies.baps.restart_vs_tau`'s result, ``per_head`` as lists.
+    """
+    sz = SIZES["restart"][0 if quick else 1]
+    bar = _bar(len(taus) * len(sz["seeds"]), "restart vs tau", progress)
+    last = [0]
+
+    def tick(done, total):
+        bar.update(done - last[0])
+        last[0] = done
+
+    res = _baps.restart_vs_tau(taus, L=sz["L"], heads=sz["heads"], seeds=sz["seeds"],
+                               progress=tick)
+    bar.close()
+    res["per_head"] = {t: np.asarray(r).tolist() for t, r in res["per_head"].items()}
+    return res
+
+
+# ----------------------------------------------------------------------------------------
+# real models
+
+
+def resolve_models(model: str = "auto", *, quick: bool = False) -> list[str]:
+    """The real models a study on ``model`` runs.
+
+    Args:
+        model: ``auto`` (every installed model; with ``quick`` only the cheapest installed
+            one, MiniLM before SmolLM2), ``synthetic`` (none), ``minilm``, ``smollm2`` or
+            ``all`` (both; an error if one is missing).
+        quick: the study's quick mode.
+
+    Returns:
+        Model names (possibly empty).
+
+    Raises:
+        ValueError: unknown ``model``.
+        ImportError: (``ModelNotInstalledError``) a named model is not installed; the
+            message says what to install.
+    """
+    if model not in MODEL_CHOICES:
+        raise ValueError(f"model {model!r} is not one of {', '.join(MODEL_CHOICES)}")
+    if model == "synthetic":
+        return []
+    try:
+        from ..torch.models import ModelNotInstalledError, available_models
+    except ImportError:  # pragma: no cover - the module is part of lowprec
+        if model == "auto":
+            return []
+        raise
+    avail = available_models()
+    if model == "auto":
+        if quick:
+            return [m for m in ("minilm", "smollm2") if avail.get(m)][:1]
+        return [m for m in ("smollm2", "minilm") if avail.get(m)]
+    wanted = ["smollm2", "minilm"] if model == "all" else [model]
+    for m in wanted:
+        if not avail.get(m):
+            from ..torch.models import MODELS
+
+            raise ModelNotInstalledError(
+                f"model {m!r} is not installed (needs {MODELS[m].package}, transformers and "
+                f"torch): {MODELS[m].install}; or run `lowprec study --model synthetic`")
+    return wanted
+
+
+def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=TAUS,
+                progress: bool = False) -> dict:
+    """Run the schemes on real models (:mod:`lowprec.studies.models`).
+
+    SmolLM2: perplexity of the sample text under every run
+    (:func:`~lowprec.studies.models.smollm2_perplexity`) and BAPS ``e2e_hif8`` restart rates
+    per layer and head for each tau (:func:`~lowprec.studies.models.smollm2_restart_rates`).
+    MiniLM: cosine similarity of the sentence embeddings under every run
+    (:func:`~lowprec.studies.models.minilm_cosine`).  A run that fails on a model is recorded
+    with its error; the others go on.
+
+    Args:
+        names: from :func:`resolve_models`.
+        runs: as :func:`scheme_runs`.
+        quick: the model studies' small sizes.
+        taus: restart thresholds of the SmolLM2 restart study.
+        progress: a tqdm bar over the model studies (and transformers' own loading bars);
+            False silences both.
+
+    Returns:
+        ``{"smollm2": {"perplexity": ..., "restart_rates": ...}, "minilm": {"cosine": ...}}``
+        (the models present), each value the model study function's result.
+    """
+    from . import models as _models
+
+    if not progress:
+        try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except ImportError:
+            pass
+    with_baps = any(s == "baps" for s, _ in runs.values())
+    tasks = [(n, k) for n in names for k in (
+        ("perplexity", "restart_rates") if n == "smollm2" and with_baps else
+        ("perplexity",) if n == "smollm2" else ("cosine",))]
+    bar = _bar(len(tasks), "models", progress)
+    res: dict = {}
+    for name, key in tasks:
+        bar.set_postfix_str(f"{name} {key}")
+        if key == "perplexity":
+            val = _models.smollm2_perplexity(dict(runs), quick=quick)
+        elif key == "restart_rates":
+            val = _models.smollm2_restart_rates(tuple(taus), quick=quick)
+        else:
+            val = _models.minilm_cosine(dict(runs), quick=quick)
+        res.setdefault(name, {})[key] = val
+        bar.update()
+    bar.close()
+    return res
+
+
+# ----------------------------------------------------------------------------------------
+# the job
+
+
+def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
+              out: str | os.PathLike | None = DEFAULT_OUT, progress: bool = True,
+              plots: bool = True, seed: int = 0, echo=print) -> dict:
+    """The main job: every scheme on the study's workloads, tables, plots and a JSON report.
+
+    Args:
+        model: ``auto`` (installed real models, plus the synthetic workloads; with ``quick``
+            only the cheapest one), ``synthetic``, ``minilm``, ``smollm2`` or ``all`` (see
+            :func:`resolve_models`).
+        schemes: None (all) or labels / scheme names (:func:`scheme_runs`).
+        quick: small sizes.
+        out: output folder (created); None writes nothing.
+        progress: tqdm progress bars on stderr.
+        plots: write PNG plots (needs matplotlib; skipped with a note when missing).
+        seed: input seed.
+        echo: where the tables go (``print``; None for silence).
+
+    Returns:
+        The report dict (what ``report.json`` holds, with a ``"files"`` list).
+
+    Raises:
+        ValueError: unknown model or scheme name.
+        ModelNotInstalledError: a named real model is not installed.
+
+    Example:
+        >>> rep = run_study("synthetic", ["flash"], quick=True, out=None, progress=False,
+        ...                 echo=None)
+        >>> sorted(rep["synthetic"]["rows"]["flash"])
+        ['decoder', 'encoder', 'uniform']
+    """
+    t_start = time.perf_counter()
+    runs = scheme_runs(schemes)
+    models = resolve_models(model, quick=quick)
+    say = echo or (lambda *a, **k: None)
+    say(f"lowprec study: {len(runs)} scheme runs, workloads decoder/encoder/uniform"
+        f"{', models ' + ', '.join(models) if models else ' (synthetic only)'}"
+        f"{', quick' if quick else ''}")
+    report: dict = {
+        "lowprec_study": 1,
+        "settings": {"model": model, "models": models, "schemes": list(runs), "quick": quick,
+                     "seed": seed},
+        "machine": _machine(),
+        "runs": {k: {"scheme": s, "options": o} for k, (s, o) in runs.items()},
+    }
+    timings = {}
+    t0 = time.perf_counter()
+    report["synthetic"] = compare_schemes(synthetic_workloads(quick, seed=seed), runs,
+                                          progress=progress)
+    timings["synthetic"] = time.perf_counter() - t0
+    if any(s == "baps" and o.get("config") == "e2e_hif8" for s, o in runs.values()):
+        t0 = time.perf_counter()
+        report["restart"] = restart_sweep(TAUS, quick=quick, progress=progress)
+        timings["restart"] = time.perf_counter() - t0
+    if models:
+        t0 = time.perf_counter()
+        say(f"running the schemes on {', '.join(models)} (loading the models may take a "
+            "minute)")
+        report["models"] = model_study(models, runs, quick=quick, progress=progress)
+        timings["models"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - t_start
+    report["seconds"] = timings
+    text = format_report(report)
+    say(text)
+    files: list[str] = []
+    if out is not None:
+        outdir = Path(out)
+        outdir.mkdir(parents=True, exist_ok=True)
+        if plots:
+            try:
+                files += write_plots(report, outdir)
+            except ImportError as e:
+                say(f"plots skipped: {e} (pip install matplotlib)")
+        (outdir / "summary.txt").write_text(text + "\n", encoding="utf-8")
+        files.append(str(outdir / "summary.txt"))
+        report["files"] = files + [str(outdir / "report.json")]
+        (outdir / "report.json").write_text(json.dumps(to_jsonable(report), indent=1),
+                                            encoding="utf-8")
+        say(f"\nwrote {len(report['files'])} files to {outdir}/: "
+            + ", ".join(Path(f).name for f in report["files"]))
+    say(f"study took {timings['total']:.0f} s")
+    return report
+
+
+def _machine() -> dict:
+    import numba
+
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "cpu_count": os.cpu_count(), "numpy": np.__version__, "numba": numba.__version__,
+            "numba_threads": numba.get_num_threads()}
+
+
+def to_jsonable(obj):
+    """``obj`` with numpy scalars/arrays turned into Python values and non-finite floats into
+    None (strict JSON), tuple keys into strings.
+
+    Example:
+        >>> to_jsonable({"a": np.float32(1.5), 2: [np.inf]})
+        {'a': 1.5, '2': [None]}
+    """
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, (np.bool_, bool)):
+        return bool(obj)
+    if isinstance(obj, (np.integer, int)):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if obj is None or isinstance(obj, str):
+        return obj
+    if hasattr(obj, "to_dict"):
+        return to_jsonable(obj.to_dict())
+    return str(obj)
+
+
+# ----------------------------------------------------------------------------------------
+# tables
+
+
+def _cell(m: dict, key: str, spec: str, width: int) -> str:
+    if "error" in m:
+        return f"{'failed':>{width}}"
+    v = m.get(key)
+    if v is None:
+        return f"{'-':>{width}}"
+    return f"{format(v, spec):>{width}}"
+
+
+def format_accuracy(res: dict) -> str:
+    """The accuracy table of :func:`compare_schemes`: one row per scheme run, per workload the
+    relative L2 error (%) and SQNR (dB); BAPS restart rates (ARR) on the decoder workload."""
+    wls = list(res["workloads"])
+    head = f"{'scheme':<24}" + "".join(f"{w + ' err%':>14}{'dB':>7}" for w in wls) + \
+        f"{'ARR':>7}"
+    lines = ["accuracy vs float64 attention (rel. L2 error in %, SQNR in dB; ARR = BAPS "
+             "restart rate on the decoder workload)"]
+    lines += [f"  {w}: {d}" for w, d in res["workloads"].items()]
+    lines += [head, "-" * len(head)]
+    for label, per in res["rows"].items():
+        cells = ""
+        for w in wls:
+            m = per.get(w, {})
+            pct = dict(m)
+            if "rel_l2" in m:
+                pct["rel_l2"] = 100 * m["rel_l2"]
+            cells += _cell(pct, "rel_l2", ".3f", 14) + _cell(m, "sqnr_db", ".1f", 7)
+        arr = per.get("decoder", {}).get("restart_rate")
+        lines.append(f"{label:<24}{cells}{'' if arr is None else f'{arr:7.3f}'}")
+    errs = [f"  {label} on {w}: {m['error']}" for label, per in res["rows"].items()
+            for w, m in per.items() if "error" in m]
+    if errs:
+        lines += ["failed runs:"] + errs
+    return "\n".join(lines)
+
+
+def format_report(report: dict) -> str:
+    """Every table of a :func:`run_study` report, as printed by ``lowprec study``."""
+    parts = [format_accuracy(report["synthetic"])]
+    if "restart" in report:
+        parts.append(_baps.format_restart_vs_tau(report["restart"]))
+    for name, r in report.get("models", {}).items():
+        parts.append(_format_model(name, r))
+    return "\n\n".join(parts)
+
+
+def _format_model(name: str, r: dict) -> str:
+    from . import models as _models
+
+    out = []
+    for key, val in r.items():
+        fn = getattr(_models, f"format_{name}_{key}", None)
+        out.append(fn(val) if fn else f"{name} {key}: {json.dumps(to_jsonable(val))[:2000]}")
+    return "\n\n".join(out)
+
+
+# ----------------------------------------------------------------------------------------
+# plots
+
+
+def write_plots(report: dict, outdir: str | os.PathLike) -> list[str]:
+    """Write the study's plots (PNG, matplotlib Agg backend) to ``outdir``.
+
+    Plots: ``accuracy.png`` (relative error of every scheme per workload, log scale),
+    ``restart_vs_tau.png`` (ARR and PRR against tau next to the paper's Table 4 ARR),
+    ``restart_per_head.png`` (per-head restart rates per tau, the Figure 4 analogue) and, with
+    real models, one plot per model metric.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    import matplotlib
+
+    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline."
+                                                "backend_inline"):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir = Path(outdir)
+    files = []
+    fig = plot_accuracy(report["synthetic"])
+    files.append(_save(fig, outdir / "accuracy.png", plt))
+    if "restart" in report:
+        fig = plot_restart_vs_tau(report["restart"])
+        files.append(_save(fig, outdir / "restart_vs_tau.png", plt))
+        fig = plot_rate_histograms(report["restart"]["per_head"])
+        files.append(_save(fig, outdir / "restart_per_head.png", plt))
+    for name, r in report.get("models", {}).items():
+        for key, val in r.items():
+            fig = _plot_model(name, key, val)
+            if fig is not None:
+                files.append(_save(fig, outdir / f"{name}_{key}.png", plt))
+    return files
+
+
+def _save(fig, path: Path, plt) -> str:
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return str(path)
+
+
+def plot_accuracy(res: dict, ax=None):
+    """Horizontal bars: relative L2 error (log scale) of each scheme run on each workload.
+
+    Args:
+        res: :func:`compare_schemes` result.
+        ax: a matplotlib Axes (default: a new figure).
+
+    Returns:
+        The matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    labels = list(res["rows"])
+    wls = list(res["workloads"])
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8, 0.32 * len(labels) * len(wls) / 2 + 1.5))
+    else:
+        fig = ax.figure
+    h = 0.8 / len(wls)
+    y = np.arange(len(labels))
+    for i, w in enumerate(wls):
+        vals = [res["rows"][lab].get(w, {}).get("rel_l2", np.nan) for lab in labels]
+        vals = [v if (v is not None and math.isfinite(v) and v > 0) else np.nan for v in vals]
+        ax.barh(y + (i - (len(wls) - 1) / 2) * h, vals, height=h, label=w)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("relative L2 error vs float64 attention")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(title="workload", fontsize=8)
+    ax.set_title("Attention schemes: output error")
+    return fig
+
+
+def plot_restart_vs_tau(res: dict, ax=None):
+    """ARR and PRR of ``e2e_hif8`` against tau, with the paper's Table 4 (NLP) ARR.
+
+    Args:
+        res: :func:`restart_sweep` (or :func:`lowprec.studies.baps.restart_vs_tau`) result.
+        ax: a matplotlib Axes (default: a new figure).
+
+    Returns:
+        The matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+    else:
+        fig = ax.figure
+    taus = res["taus"]
+    ax.plot(taus, res["arr"], "o-", label="ARR (ours)")
+    ax.plot(taus, res["prr"], "s--", label="PRR (ours)")
+    pt = [t for t in taus if t in _baps.PAPER_ARR_NLP]
+    ax.plot(pt, [_baps.PAPER_ARR_NLP[t] for t in pt], "k^", label="ARR, paper Table 4 (NLP)")
+    ax.set_yscale("log")
+    ax.set_xlabel("tau")
+    ax.set_ylabel("restart rate")
+    ax.set_xticks(taus)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("BAPS e2e_hif8 restarts")
+    return fig
+
+
+def plot_rate_histograms(per_head: dict, ax=None):
+    """Per-head (or per-call) restart-rate histograms on [0, 1], one line per tau (the BAPS
+    Figure 4 analogue).
+
+    Args:
+        per_head: ``{tau: rates}``.
+        ax: a matplotlib Axes (default: a new figure).
+
+    Returns:
+        The matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+    else:
+        fig = ax.figure
+    edges = np.linspace(0, 1, 21)
+    for tau, rates in per_head.items():
+        r = np.asarray(rates, np.float64)
+        if r.size:
+            ax.hist(r, bins=edges, weights=np.full(r.size, 1.0 / r.size), histtype="step",
+                    linewidth=1.5, label=f"tau = {tau}")
+    ax.set_xlabel("restart rate of one head")
+    ax.set_ylabel("fraction of heads")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title("Distribution of per-head restart rates")
+    return fig
+
+
+def _plot_model(name: str, key: str, val):
+    """The plot of one real-model result (None when there is none for it)."""
+    fn = {("smollm2", "perplexity"): plot_perplexity, ("minilm", "cosine"): plot_cosine,
+          ("smollm2", "restart_rates"): plot_model_restarts}.get((name, key))
+    return fn(val) if fn else None
+
+
+def plot_perplexity(res: dict, ax=None):
+    """Perplexity ratio (scheme / float32) of each run on SmolLM2, log scale.
+
+    Args:
+        res: :func:`lowprec.studies.models.smollm2_perplexity` result.
+        ax: a matplotlib Axes (default: a new figure).
+
+    Returns:
+        The matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    rows = {k: r for k, r in res["schemes"].items() if "ppl" in r and math.isfinite(r["ppl"])}
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 0.3 * len(rows) + 1.2))
+    else:
+        fig = ax.figure
+    labels = list(rows)
+    ax.barh(np.arange(len(labels)), [rows[k]["ratio"] - 1 for k in labels])
+    ax.set_yticks(np.arange(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xscale("symlog", linthresh=1e-3)
+    ax.set_xlabel(f"perplexity / float32 perplexity - 1 (float32: {res['float32']:.3f})")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"SmolLM2-135M, {res['tokens']} tokens")
+    return fig
+
+
+def plot_cosine(res: dict, ax=None):
+    """``1 - cosine`` (worst sentence) of MiniLM embeddings under each run, log scale.
+
+    Args:
+        res: :func:`lowprec.studies.models.minilm_cosine` result.
+        ax: a matplotlib Axes (default: a new figure).
+
+    Returns:
+        The matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    rows = {k: r for k, r in res["schemes"].items() if "cos_min" in r}
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 0.3 * len(rows) + 1.2))
+    else:
+        fig = ax.figure
+    labels = list(rows)
+    vals = [max(1.0 - rows[k]["cos_min"], 1e-12) for k in labels]
+    ax.barh(np.arange(len(labels)), vals)
+    ax.set_yticks(np.arange(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("1 - cosine similarity to float32 (worst sentence)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"MiniLM embeddings, {res['sentences']} sentences")
+    return fig
+
+
+def plot_model_restarts(res: dict):
+    """SmolLM2 restart study in three panels: ARR and PRR against tau (with the paper's Table
+    4), the restart rate per layer and head for one tau (heatmap), and the distribution of
+    per-call rates for each tau (the BAPS Figure 4 analogue).
+
+    Args:
+        res: :func:`lowprec.studies.models.smollm2_restart_rates` result.
+
+    Returns:
+        The matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+
+    taus = list(res["taus"])
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4))
+    a.plot(taus, [res["taus"][t]["arr"] for t in taus], "o-", label="ARR (ours)")
+    a.plot(taus, [res["taus"][t]["prr"] for t in taus], "s--", label="PRR (ours)")
+    pt = [t for t in taus if t in _baps.PAPER_ARR_NLP]
+    a.plot(pt, [_baps.PAPER_ARR_NLP[t] for t in pt], "k^", label="ARR, paper Table 4 (NLP)")
+    a.set_yscale("log")
+    a.set_xticks(taus)
+    a.set_xlabel("tau")
+    a.set_ylabel("restart rate")
+    a.grid(alpha=0.3)
+    a.legend(fontsize=8)
+    a.set_title(f"SmolLM2, {res['tokens']} tokens, {res['block']}x{res['block']} tiles")
+    t_map = 1 if 1 in res["taus"] else taus[0]
+    ph = np.asarray(res["taus"][t_map]["per_head"], dtype=float)
+    im = b.imshow(ph.T, aspect="auto", origin="lower", cmap="magma", vmin=0,
+                  vmax=max(1e-9, float(np.nanmax(ph)) if np.isfinite(ph).any() else 1.0))
+    b.set_xlabel("layer")
+    b.set_ylabel("head")
+    b.set_title(f"restart rate per layer and head, tau = {t_map}")
+    fig.colorbar(im, ax=b)
+    edges = np.linspace(0, 1, 21)
+    for t in taus:
+        r = np.asarray(res["taus"][t]["per_call"], dtype=float)
+        r = r[np.isfinite(r)]
+        if r.size:
+            c.hist(r, bins=edges, weights=np.full(r.size, 1.0 / r.size), histtype="step",
+                   linewidth=1.5, label=f"tau = {t}")
+    c.set_xlabel("restart rate of one call (one layer)")
+    c.set_ylabel("fraction of calls")
+    c.grid(alpha=0.3)
+    c.legend(fontsize=8)
+    c.set_title("per-call distribution (Figure 4 analogue)")
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["run_study", "scheme_runs", "synthetic_workloads", "compare_schemes",
+           "restart_sweep", "resolve_models", "model_study", "accuracy_metrics",
+           "format_accuracy", "format_report", "write_plots", "plot_accuracy",
+           "plot_restart_vs_tau", "plot_rate_histograms", "plot_perplexity", "plot_cosine",
+           "plot_model_restarts", "to_jsonable", "DEFAULT_OUT",
+           "MODEL_CHOICES", "TAUS"]
