@@ -28,9 +28,7 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -56,15 +54,9 @@ def _rel(out, ref) -> float:
 
 def _time_group(fns: dict, repeat: int) -> dict:
     """Median seconds per callable, timed round-robin after one untimed call each."""
-    for f in fns.values():
-        f()
-    times = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
+    from lowprec.studies.bench import time_interleaved
+
+    return time_interleaved(fns, repeat)
 
 
 def _row(name, sec, sdpa, err=None):

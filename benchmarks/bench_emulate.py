@@ -33,9 +33,7 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 
 TARGET = 3.0  # issue 5: emulate within 3x of the float32 forward on MiniLM
 SCHEMES = {
@@ -47,15 +45,9 @@ SCHEMES = {
 
 def _time_group(fns: dict, repeat: int) -> dict:
     """Median seconds per callable, timed round-robin after one untimed call each."""
-    for f in fns.values():
-        f()
-    times = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    from lowprec.studies.bench import time_interleaved
+
+    return time_interleaved(fns, repeat)
 
 
 def main(argv=None) -> int:

@@ -597,6 +597,15 @@ def _save(fig, path: Path, plt) -> str:
     return str(path)
 
 
+def _axes(ax, figsize):
+    """``(figure, axes)``: the given Axes and its figure, or a new figure of ``figsize``."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        return plt.subplots(figsize=figsize)
+    return ax.figure, ax
+
+
 def plot_accuracy(res: dict, ax=None):
     """Horizontal bars: relative L2 error (log scale) of each scheme run on each workload.
 
@@ -607,14 +616,10 @@ def plot_accuracy(res: dict, ax=None):
     Returns:
         The matplotlib Figure.
     """
-    import matplotlib.pyplot as plt
 
     labels = list(res["rows"])
     wls = list(res["workloads"])
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(8, 0.32 * len(labels) * len(wls) / 2 + 1.5))
-    else:
-        fig = ax.figure
+    fig, ax = _axes(ax, (8, 0.32 * len(labels) * len(wls) / 2 + 1.5))
     h = 0.8 / len(wls)
     y = np.arange(len(labels))
     for i, w in enumerate(wls):
@@ -641,12 +646,8 @@ def plot_restart_vs_tau(res: dict, ax=None):
     Returns:
         The matplotlib Figure.
     """
-    import matplotlib.pyplot as plt
 
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-    else:
-        fig = ax.figure
+    fig, ax = _axes(ax, (5, 3.5))
     taus = res["taus"]
     ax.plot(taus, res["arr"], "o-", label="ARR (ours)")
     ax.plot(taus, res["prr"], "s--", label="PRR (ours)")
@@ -673,12 +674,8 @@ def plot_rate_histograms(per_head: dict, ax=None):
     Returns:
         The matplotlib Figure.
     """
-    import matplotlib.pyplot as plt
 
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-    else:
-        fig = ax.figure
+    fig, ax = _axes(ax, (5, 3.5))
     edges = np.linspace(0, 1, 21)
     for tau, rates in per_head.items():
         r = np.asarray(rates, np.float64)
@@ -710,13 +707,9 @@ def plot_perplexity(res: dict, ax=None):
     Returns:
         The matplotlib Figure.
     """
-    import matplotlib.pyplot as plt
 
     rows = {k: r for k, r in res["schemes"].items() if "ppl" in r and math.isfinite(r["ppl"])}
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(7, 0.3 * len(rows) + 1.2))
-    else:
-        fig = ax.figure
+    fig, ax = _axes(ax, (7, 0.3 * len(rows) + 1.2))
     labels = list(rows)
     ax.barh(np.arange(len(labels)), [rows[k]["ratio"] - 1 for k in labels])
     ax.set_yticks(np.arange(len(labels)), labels)
@@ -738,13 +731,9 @@ def plot_cosine(res: dict, ax=None):
     Returns:
         The matplotlib Figure.
     """
-    import matplotlib.pyplot as plt
 
     rows = {k: r for k, r in res["schemes"].items() if "cos_min" in r}
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(7, 0.3 * len(rows) + 1.2))
-    else:
-        fig = ax.figure
+    fig, ax = _axes(ax, (7, 0.3 * len(rows) + 1.2))
     labels = list(rows)
     vals = [max(1.0 - rows[k]["cos_min"], 1e-12) for k in labels]
     ax.barh(np.arange(len(labels)), vals)
