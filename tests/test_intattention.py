@@ -281,6 +281,12 @@ PIPE_CASES = [
     dict(B=2, Lq=4, Lk=6, d=8, rounding="nearest", bits=3, c=4.0),
     dict(B=2, Lq=5, Lk=6, d=8, mask=True),
     dict(B=2, Lq=5, Lk=6, d=8, mask=True, causal=True, granularity="per_block", block=2),
+    # causal with Lq > Lk (rows that see no key) through the fused row kernel
+    dict(B=2, Lq=9, Lk=5, d=8, causal=True, bits=8),
+    dict(B=2, Lq=9, Lk=5, d=8, causal=True, pmax=127),
+    # long rows: the fused kernel's distance -> index table path
+    dict(B=3, Lq=48, Lk=80, d=16),
+    dict(B=2, Lq=40, Lk=40, d=16, causal=True, granularity="per_channel", rounding="nearest"),
 ]
 
 

@@ -471,6 +471,91 @@ def _index_rows(s, cint, lim, vis, has_vis, lut, nb, mode, pmax, deploy, mult, t
 
 
 @njit(cache=True, nogil=True)
+def _fused_rows(S, cint, lim, lut, nb, mode, pmax, P, info):
+    """IndexSoftmax of unmasked, non-deploy rows (the ``intattention`` fast path): the
+    roundings and counters of :func:`_index_rows`, read from the float32/float64 int8-logit
+    GEMM ``S`` (N, L) (exact integers) and written as float32 ``P`` (N, L) ready for the
+    ``P v8`` GEMM, so neither needs a dtype copy.  Keys ``j > lim[r]`` get ``P = 0``; a row
+    without a visible key gets ``P = 0`` and ``info`` empty = 1.
+    """
+    N, L = S.shape
+    ne = nb + 1
+    iz = nb
+    while iz > 0 and lut[iz - 1] == 0:
+        iz -= 1
+    idxs = np.empty(L, np.int64)
+    ptab = np.zeros(ne, np.int64)
+    ptabf = np.zeros(ne, np.float32)
+    tab = np.empty(0, np.uint8)  # idx of every clipped distance 0..tab_c (one threshold)
+    tab_c = np.int64(-1)
+    run = 0  # end of the last run of equal thresholds examined
+    for r in range(N):
+        for u in range(_N_INFO):
+            info[r, u] = 0
+        top = max(min(lim[r], L - 1), -1)
+        for j in range(top + 1, L):
+            P[r, j] = 0
+        if top < 0:
+            info[r, _I_EMPTY] = 1
+            continue
+        m = np.int64(S[r, 0])
+        for j in range(1, top + 1):
+            x = np.int64(S[r, j])
+            if x > m:
+                m = x
+        c = cint[r]
+        c32 = np.float32(c)
+        if c != tab_c and r >= run:
+            # a table of the index of every distance 0..c costs c + 1 divisions: build it when
+            # the run of rows that share this threshold holds at least as many logits
+            run = r + 1
+            while run < N and cint[run] == c:
+                run += 1
+            if c + 1 <= (run - r) * L:
+                if tab.shape[0] < c + 1:
+                    tab = np.empty(c + 1, np.uint8)
+                for dd in range(c + 1):
+                    tab[dd] = _index_of(np.int64(dd), c, c32, nb, mode, False, np.int64(0), True)
+                tab_c = c
+        z = np.int64(0)
+        clipped = 0
+        zero = 0
+        dovf = 0
+        if c == tab_c:
+            for j in range(top + 1):
+                dd = m - np.int64(S[r, j])
+                dovf += dd > INT32_MAX
+                clipped += dd >= c
+                idx = np.int64(tab[min(dd, c)])
+                idxs[j] = idx
+                z += lut[idx]
+                zero += idx >= iz
+        else:
+            for j in range(top + 1):
+                dd = m - np.int64(S[r, j])
+                dovf += dd > INT32_MAX
+                clipped += dd >= c
+                idx = _index_of(min(dd, c), c, c32, nb, mode, False, np.int64(0), True)
+                idxs[j] = idx
+                z += lut[idx]
+                zero += idx >= iz
+        zf = np.float64(np.float32(z))
+        for u in range(ne):
+            qq = np.float32(np.float64(np.float32(lut[u] * pmax)) / zf)
+            ptab[u] = np.int64(np.rint(np.float64(qq)))
+            ptabf[u] = np.float32(ptab[u])
+        psum = np.int64(0)
+        for j in range(top + 1):
+            psum += ptab[idxs[j]]
+            P[r, j] = ptabf[idxs[j]]
+        info[r, _I_CLIPPED] = clipped
+        info[r, _I_ZERO] = zero
+        info[r, _I_DOVF] = dovf
+        info[r, _I_VIS] = top + 1
+        info[r, _I_PSUM] = psum
+
+
+@njit(cache=True, nogil=True)
 def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
     """LUT softmax of float32 scores ``x`` (N, L) into float32 ``out`` (see
     :func:`index_softmax_float`); ``-inf`` scores and masked keys give 0, rows with NaN or
@@ -1092,8 +1177,25 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
     msat = 0
     for g0, g1, r0, r1 in _chunks(B, Lq, Lk):
         gh, rows = g1 - g0, r1 - r0
-        S = np.matmul(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1])  # exact integers (< 2**31)
         lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
+        if not dep and vis is None and add is None:  # fast path: no dtype copies
+            S = np.matmul(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1])  # exact integers (< 2**31)
+            cint = np.ascontiguousarray(cint_row[g0:g1, r0:r1]).reshape(-1)
+            info = np.empty((gh * rows, _N_INFO), dtype=np.int64)
+            P = np.empty((gh, rows, Lk), dtype=np.float32)
+            _fused_rows(S.reshape((gh * rows, Lk)), cint, lim, lut, nb, mode, pmax,
+                        P.reshape((gh * rows, Lk)), info)
+            psum = int(info[:, _I_PSUM].max()) if info.size else 0
+            acc = np.matmul(P, qz.v8[g0:g1]) if INT8_QMAX * psum <= F32_EXACT else \
+                np.matmul(P.astype(np.float64), qz.v8[g0:g1].astype(np.float64))
+            o = _out_rows(acc, qz.sv[g0:g1], pmax)
+            empty = info[:, _I_EMPTY].reshape((gh, rows)) == 1
+            if empty.any():
+                o[empty] = np.nan
+            out[g0:g1, r0:r1] = o
+            info_all[g0:g1, r0:r1] = info.reshape((gh, rows, _N_INFO))
+            continue
+        S = np.matmul(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1])  # exact integers (< 2**31)
         if add is not None:
             bias = np.clip(np.rint(add.astype(np.float64) / alpha_row[g0:g1, r0:r1, None]),
                            -2.0 * LOGIT_LIMIT, 2.0 * LOGIT_LIMIT)
