@@ -1126,7 +1126,7 @@ def _pv(P: np.ndarray, v8: np.ndarray, max_row_sum: int) -> np.ndarray:
     """Exact ``P v8`` (P >= 0 integers, |v8| <= 127): float32 BLAS when every partial sum is
     below 2**24 (``127 * max_row_sum``), float64 otherwise."""
     if INT8_QMAX * max_row_sum <= F32_EXACT:
-        return np.matmul(P.astype(np.float32), v8)
+        return np.matmul(P.astype(np.float32, copy=False), v8)
     return np.matmul(P.astype(np.float64), v8.astype(np.float64))
 
 
@@ -1178,38 +1178,29 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
     for g0, g1, r0, r1 in _chunks(B, Lq, Lk):
         gh, rows = g1 - g0, r1 - r0
         lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
+        S = np.matmul(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1])  # exact integers (< 2**31)
         if not dep and vis is None and add is None:  # fast path: no dtype copies
-            S = np.matmul(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1])  # exact integers (< 2**31)
             cint = np.ascontiguousarray(cint_row[g0:g1, r0:r1]).reshape(-1)
             info = np.empty((gh * rows, _N_INFO), dtype=np.int64)
             P = np.empty((gh, rows, Lk), dtype=np.float32)
             _fused_rows(S.reshape((gh * rows, Lk)), cint, lim, lut, nb, mode, pmax,
                         P.reshape((gh * rows, Lk)), info)
-            psum = int(info[:, _I_PSUM].max()) if info.size else 0
-            acc = np.matmul(P, qz.v8[g0:g1]) if INT8_QMAX * psum <= F32_EXACT else \
-                np.matmul(P.astype(np.float64), qz.v8[g0:g1].astype(np.float64))
-            o = _out_rows(acc, qz.sv[g0:g1], pmax)
-            empty = info[:, _I_EMPTY].reshape((gh, rows)) == 1
-            if empty.any():
-                o[empty] = np.nan
-            out[g0:g1, r0:r1] = o
-            info_all[g0:g1, r0:r1] = info.reshape((gh, rows, _N_INFO))
-            continue
-        S = np.matmul(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1])  # exact integers (< 2**31)
-        if add is not None:
-            bias = np.clip(np.rint(add.astype(np.float64) / alpha_row[g0:g1, r0:r1, None]),
-                           -2.0 * LOGIT_LIMIT, 2.0 * LOGIT_LIMIT)
-            S = S + bias
-            sat = np.abs(S) > LOGIT_LIMIT
-            if vis is not None:
-                sat &= vis.reshape(S.shape)
-            msat += int(np.count_nonzero(sat))
-            S = np.clip(S, -LOGIT_LIMIT, LOGIT_LIMIT)
-        s2 = S.astype(np.int32).reshape((gh * rows, Lk))
-        cint = np.ascontiguousarray(cint_row[g0:g1, r0:r1]).reshape(-1)
-        P, info = _run_core(s2, cint, lim, vis, lut, nb, mode, pmax, dep, tail, b)
+        else:
+            if add is not None:
+                bias = np.clip(np.rint(add.astype(np.float64) / alpha_row[g0:g1, r0:r1, None]),
+                               -2.0 * LOGIT_LIMIT, 2.0 * LOGIT_LIMIT)
+                S = S + bias
+                sat = np.abs(S) > LOGIT_LIMIT
+                if vis is not None:
+                    sat &= vis.reshape(S.shape)
+                msat += int(np.count_nonzero(sat))
+                S = np.clip(S, -LOGIT_LIMIT, LOGIT_LIMIT)
+            s2 = S.astype(np.int32).reshape((gh * rows, Lk))
+            cint = np.ascontiguousarray(cint_row[g0:g1, r0:r1]).reshape(-1)
+            P, info = _run_core(s2, cint, lim, vis, lut, nb, mode, pmax, dep, tail, b)
+            P = P.reshape((gh, rows, Lk))
         psum = int(info[:, _I_PSUM].max()) if info.size else 0
-        acc = _pv(P.reshape((gh, rows, Lk)), qz.v8[g0:g1], psum)
+        acc = _pv(P, qz.v8[g0:g1], psum)
         o = _out_rows(acc, qz.sv[g0:g1], pmax)
         empty = info[:, _I_EMPTY].reshape((gh, rows)) == 1
         if empty.any():
