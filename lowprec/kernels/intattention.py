@@ -477,6 +477,11 @@ def _fused_rows(S, cint, lim, lut, nb, mode, pmax, P, info):
     GEMM ``S`` (N, L) (exact integers) and written as float32 ``P`` (N, L) ready for the
     ``P v8`` GEMM, so neither needs a dtype copy.  Keys ``j > lim[r]`` get ``P = 0``; a row
     without a visible key gets ``P = 0`` and ``info`` empty = 1.
+
+    It is kept apart from :func:`_index_rows` (which handles masks, visibility and deploy mode)
+    for speed: the fast path routed through ``_index_rows`` with float32 input and output took
+    23 ms instead of 15 ms per (1, 12, 256, 32) call, mostly for lack of the distance -> index
+    table below.  Both are tested bit-exact against the same reference.
     """
     N, L = S.shape
     ne = nb + 1
