@@ -95,6 +95,26 @@ def make_out(out, shape, dtype, what="out") -> np.ndarray:
     return out
 
 
+def overlaps(src: np.ndarray, dst: np.ndarray) -> bool:
+    """True if an element-wise kernel reading ``src`` and writing ``dst`` could read a value it
+    already overwrote: the two share memory and are not the very same elements (an ``out=``
+    that *is* the input, same start, item size and strides, is safe in place)."""
+    if not np.may_share_memory(src, dst):
+        return False
+    same = (src.__array_interface__["data"][0] == dst.__array_interface__["data"][0]
+            and src.itemsize == dst.itemsize and src.shape == dst.shape
+            and src.strides == dst.strides)
+    return not same
+
+
+def scratch_if_overlap(out: np.ndarray, *inputs: np.ndarray) -> np.ndarray:
+    """``out`` itself, or a fresh array like it when it overlaps one of ``inputs`` (issue 12:
+    ``quantize(buf[:-1], out=buf[1:])``); the caller copies the scratch into ``out`` after."""
+    if any(overlaps(x, out) for x in inputs):
+        return np.empty_like(out)
+    return out
+
+
 def wrap(result: np.ndarray, as_torch: bool):
     """Return ``result`` as a torch tensor when the input was one (sharing memory)."""
     if not as_torch:

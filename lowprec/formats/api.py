@@ -35,6 +35,18 @@ def _no_extra(kwargs: dict, fmt: str, allowed: str) -> None:
 
 
 _FLOAT_ARGS = "rounding, saturate, seed, sr_bits, out"
+# keyword arguments of the scaled families, beside the common ones
+_SCALED_KW = {
+    "mx": ("axis", "block_size", "scale_mode", "nonfinite"),
+    "int": ("granularity", "axis", "block_size", "symmetric", "scale", "zero_point", "narrow"),
+}
+
+
+def _scaled_kwargs(kwargs: dict, f: Format, out_ok: bool) -> None:
+    allowed = _SCALED_KW[f.info.kind]
+    bad = {k: v for k, v in kwargs.items() if k not in allowed}
+    common = "rounding, saturate, seed, sr_bits" + (", out" if out_ok else "")
+    _no_extra(bad, f.name, f"{common}, {', '.join(allowed)}")
 
 
 def _float_codec(x, f: Format, rounding, saturate, seed, sr_bits, out, want_value):
@@ -56,7 +68,11 @@ def _float_codec(x, f: Format, rounding, saturate, seed, sr_bits, out, want_valu
 
     o = A.make_out(out, arr.shape, np.float32 if want_value else np.uint8)
     bits = A.float_bits(arr)
-    run_kernel(_float_spec(f.name), bits, o.reshape(-1), int(r), bool(saturate), seed_v, sr)
+    flat = o.reshape(-1)
+    work = A.scratch_if_overlap(flat, bits)  # out= overlapping x: compute through a temporary
+    run_kernel(_float_spec(f.name), bits, work, int(r), bool(saturate), seed_v, sr)
+    if work is not flat:
+        flat[...] = work
     return A.wrap(o, was_torch) if out is None else out
 
 
@@ -113,6 +129,7 @@ def encode(
         return _float_codec(x, f, rounding, saturate, seed, sr_bits, out, False)
     if out is not None:
         raise TypeError(f"out= is not supported when encoding to the scaled format {f.name!r}")
+    _scaled_kwargs(kwargs, f, False)
     if kind == "mx":
         from . import mx
 
@@ -167,7 +184,10 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: np.ndarray | Non
     if arr.dtype != np.uint8:
         raise TypeError(f"{f.name} codes must have dtype uint8, got {arr.dtype}")
     o = A.make_out(out, arr.shape, np.float32)
-    A.lookup(arr, f.values(), o)
+    work = A.scratch_if_overlap(o, arr)
+    A.lookup(arr, f.values(), work)
+    if work is not o:
+        o[...] = work
     return A.wrap(o, was_torch) if out is None else out
 
 
@@ -197,6 +217,7 @@ def quantize(
     if kind == "float":
         _no_extra(kwargs, f.name, _FLOAT_ARGS)
         return _float_codec(x, f, rounding, saturate, seed, sr_bits, out, True)
+    _scaled_kwargs(kwargs, f, True)
     if kind == "mx":
         from . import mx
 

@@ -264,7 +264,7 @@ class _Layout:
     """How ``x`` (C order) maps onto the scale array: see the kernel comment above."""
 
     __slots__ = ("L", "Q", "bm", "sm", "so", "bi", "si", "scale_shape", "axis", "block_size",
-                 "granularity")
+                 "block_len", "granularity")
 
     def __init__(self, shape, granularity, axis, block_size):
         if not isinstance(granularity, str) or granularity not in GRANULARITIES:
@@ -272,6 +272,7 @@ class _Layout:
         nd = len(shape)
         self.granularity = granularity
         self.block_size = None
+        self.block_len = None  # per_block: block_size capped at the axis length
         if granularity != "per_block" and block_size is not None:
             raise ValueError(
                 f"block_size applies to granularity 'per_block' only, not {granularity!r}"
@@ -312,9 +313,12 @@ class _Layout:
                         f"block_size must be an integer >= 1 for granularity 'per_block', "
                         f"got {block_size!r}"
                     )
-                bs = int(block_size)
+                self.block_size = int(block_size)
+                # a block at least as long as the axis is one block over it: cap (issue 12,
+                # 2**63 overflowed the kernels' int64 index arithmetic)
+                bs = max(1, min(self.block_size, C))
+                self.block_len = bs
                 nb = -(-C // bs)
-                self.block_size = bs
                 ss[a] = nb
                 if inner > 1:  # element (o, m, i) -> scale (o, m // bs, i)
                     L, Q, bm, sm, so, bi, si = C, inner, bs, inner, nb * inner, 1, 1
@@ -357,8 +361,9 @@ def _user_array(v, what: str) -> np.ndarray:
     arr = np.asarray(v)
     if arr.dtype == A.BF16 or arr.dtype == np.float16:
         arr = arr.astype(np.float32)
-    if arr.dtype.kind not in "biuf":
-        raise TypeError(f"{what} must be a real number or array, got dtype {arr.dtype}")
+    if arr.dtype.kind not in "iuf":  # bool is not a number here: scale=True is no scale
+        raise TypeError(f"{what} must be a real number or array (integer or float), got "
+                        f"dtype {arr.dtype}")
     return arr
 
 
@@ -587,8 +592,76 @@ def quantize(x: Any, f: Format, *, rounding: str | Rounding | None = None,
     p = _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size,
                  symmetric, scale, zero_point, narrow)
     o = A.make_out(out, p["arr"].shape, np.float32)
-    _run(p, o.reshape(-1), True)
+    flat = o.reshape(-1)
+    work = A.scratch_if_overlap(flat, p["flat"])  # out= overlapping x (issue 12)
+    _run(p, work, True)
+    if work is not flat:
+        flat[...] = work
     return A.wrap(o, p["was_torch"]) if out is None else out
+
+
+def check_quantized(q: QuantizedArray, f: Format, codes_shape, codes_dtype, scales_shape,
+                    zps_shape) -> _Layout:
+    """Validate an int8/uint8 :class:`QuantizedArray`'s metadata (shapes, dtypes, granularity,
+    axis, block size; any device) and return its :class:`_Layout`.
+
+    ``granularity=None`` (a hand-made QuantizedArray) means ``per_block`` when ``block_size``
+    is set and otherwise any scale shape that broadcasts to the codes."""
+    want = "int8" if f.name == "int8" else "uint8"
+    if str(codes_dtype).split(".")[-1] != want:
+        raise TypeError(f"{f.name} codes must have dtype {want}, got {codes_dtype}")
+    g = q.granularity
+    if g is None:
+        g = "per_block" if q.block_size is not None else None
+    elif not isinstance(g, str) or g not in GRANULARITIES:
+        raise ValueError(f"QuantizedArray granularity {g!r} is not one of {_GRAN_NAMES} "
+                         "(or None)")
+    if g == "per_block" and (q.axis is None or q.block_size is None):
+        raise ValueError("per_block QuantizedArray needs a valid axis and block_size")
+    if zps_shape is not None and tuple(zps_shape) != tuple(scales_shape):
+        raise ValueError(f"zero_points shape {tuple(zps_shape)} differs from scales shape "
+                         f"{tuple(scales_shape)}")
+    sshape = tuple(scales_shape)
+    if g is None:
+        lay = _Layout(codes_shape, "per_tensor", None, None)
+        target, what = tuple(codes_shape), "codes of shape"
+    else:
+        lay = _Layout(codes_shape, g, q.axis, q.block_size)
+        target, what = lay.scale_shape, f"the {g} scale shape"
+    if g == "per_block":
+        if sshape != lay.scale_shape:
+            raise ValueError(f"per_block scales must have shape {lay.scale_shape}, got {sshape}")
+        return lay
+    try:
+        ok = np.broadcast_shapes(sshape, target) == target
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"scales of shape {sshape} do not broadcast to {what} {target}"
+                         + ("" if g is None else f" of codes of shape {tuple(codes_shape)}"))
+    if g is None:
+        lay.granularity = None
+    return lay
+
+
+def check_scale_values(s: np.ndarray) -> np.ndarray:
+    """Scales of a QuantizedArray as float32, or ValueError unless all are finite and > 0."""
+    with np.errstate(over="ignore", under="ignore"):
+        s32 = s.astype(np.float32)
+    if not np.all(np.isfinite(s32) & (s32 > 0)):
+        raise ValueError("QuantizedArray scales must be finite and > 0 float32 values (got "
+                         "zero, negative, NaN or Inf)")
+    return s32
+
+
+def check_zero_point_values(z: np.ndarray, f: Format) -> np.ndarray:
+    """Zero points of a QuantizedArray as int32, or ValueError unless integers in the format's
+    code range ([-128, 127] int8, [0, 255] uint8)."""
+    zf = z.astype(np.float64)
+    lo, hi = (INT8_MIN, INT8_MAX) if f.name == "int8" else (UINT8_MIN, UINT8_MAX)
+    if not np.all(np.floor(zf) == zf) or (zf.size and (zf.min() < lo or zf.max() > hi)):
+        raise ValueError(f"QuantizedArray zero_points must be integers in [{lo}, {hi}]")
+    return zf.astype(np.int32)
 
 
 def decode(q: QuantizedArray):
@@ -603,7 +676,9 @@ def decode(q: QuantizedArray):
 
     Raises:
         TypeError: codes of the wrong dtype (int8 for int8, uint8 for uint8).
-        ValueError: not an integer format; scales/zero points whose shape does not fit the codes.
+        ValueError: not an integer format; an unknown granularity; scales/zero points whose
+            shape does not fit the codes and granularity; scales that are not finite and > 0;
+            zero points that are not integers in the format's range.
 
     Example:
         >>> lp.decode(lp.encode(np.array([-1.0, 0.5, 2.0], np.float32), "int8"))
@@ -613,32 +688,18 @@ def decode(q: QuantizedArray):
     if f.info.kind != "int":
         raise ValueError(f"{f.name!r} is not an integer format; use int8 or uint8")
     codes, was_torch = A.codes_array(q.codes)
-    want = np.dtype(np.int8 if f.name == "int8" else np.uint8)
-    if codes.dtype != want:
-        raise TypeError(f"{f.name} codes must have dtype {want}, got {codes.dtype}")
-    s = _user_array(q.scales, "scales").astype(np.float32)
+    s = _user_array(q.scales, "scales")
     z = None if q.zero_points is None else _user_array(q.zero_points, "zero_points")
-    if z is not None and z.shape != s.shape:
-        raise ValueError(f"zero_points shape {z.shape} differs from scales shape {s.shape}")
-    if q.granularity == "per_block" or (q.granularity is None and q.block_size is not None):
-        a, bs = q.axis, q.block_size
-        if a is None or bs is None or not 0 <= a < codes.ndim:
-            raise ValueError("per_block QuantizedArray needs a valid axis and block_size")
-        L = codes.shape[a]
-        exp = codes.shape[:a] + (-(-L // bs),) + codes.shape[a + 1:]
-        if s.shape != exp:
-            raise ValueError(f"per_block scales must have shape {exp}, got {s.shape}")
+    lay = check_quantized(q, f, codes.shape, codes.dtype, s.shape,
+                          None if z is None else z.shape)
+    s = check_scale_values(s)
+    if z is not None:
+        z = check_zero_point_values(z, f)
+    if lay.granularity == "per_block":
+        a, bs, L = lay.axis, lay.block_len, codes.shape[lay.axis]
         s = np.take(np.repeat(s, bs, axis=a), np.arange(L), axis=a)
         if z is not None:
             z = np.take(np.repeat(z, bs, axis=a), np.arange(L), axis=a)
-    else:
-        try:
-            if np.broadcast_shapes(s.shape, codes.shape) != codes.shape:
-                raise ValueError
-        except ValueError:
-            raise ValueError(
-                f"scales of shape {s.shape} do not broadcast to codes of shape {codes.shape}"
-            ) from None
     v = codes.astype(np.float32)
     if z is not None:
         v = v - z.astype(np.float32)  # exact: small integers

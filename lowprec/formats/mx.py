@@ -185,6 +185,13 @@ def _check_block_size(block_size):
     return int(block_size)
 
 
+def block_len(block_size: int, n: int) -> int:
+    """Elements per block as the kernels see it: ``block_size`` capped at the axis length ``n``
+    (a block at least as long as the axis is one block over it; issue 12: ``2**63`` overflowed
+    the kernels' int64 arithmetic).  Always >= 1, so it also divides an empty axis."""
+    return max(1, min(int(block_size), int(n)))
+
+
 def _parse(name, value, allowed):
     if not isinstance(value, str) or value not in allowed:
         raise ValueError(f"{name} {value!r} is not one of {', '.join(allowed)}")
@@ -220,11 +227,12 @@ def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=SR_BITS_DEFAULT, s
     r = parse_rounding(rounding if rounding is not None else Rounding.NEAREST_EVEN, "e4m3")
     if r == HYBRID:
         raise ValueError("hybrid rounding exists only for hif8")
-    if saturate is not True and saturate is not None:
-        if saturate is False:
+    if saturate is not None:
+        if not isinstance(saturate, (bool, np.bool_)):
+            raise TypeError(f"saturate must be True, False or None, got {saturate!r}")
+        if not saturate:
             raise ValueError("MX elements always saturate (OCP MX 6.3): saturate=False is not "
-                             "available for mxfp8 formats")
-        raise TypeError(f"saturate must be True or False, got {saturate!r}")
+                             "available for mxfp8 formats; pass None or True")
     ax = _check_axis(axis, arr.ndim)
     k = _check_block_size(block_size)
     smode = _parse("scale_mode", scale_mode, SCALE_MODES)
@@ -234,12 +242,14 @@ def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=SR_BITS_DEFAULT, s
     moved = np.moveaxis(arr, ax, -1)
     lead = moved.shape[:-1]
     n = moved.shape[-1]
-    x2 = np.ascontiguousarray(moved, dtype=np.float64).reshape(-1, n)
-    nb = -(-n // k)
+    kk = block_len(k, n)
+    nb = -(-n // kk)
+    rows = math.prod(lead)
+    x2 = np.ascontiguousarray(moved, dtype=np.float64).reshape(rows, n)
     codes = np.empty(x2.shape, dtype=np.uint8)
-    scales = np.empty((x2.shape[0], nb), dtype=np.uint8)
+    scales = np.empty((rows, nb), dtype=np.uint8)
     if x2.size:
-        _block_kernel(f.name, int(r))(x2, k, smode, sat_inf, codes, scales, np.uint64(seed_v),
+        _block_kernel(f.name, int(r))(x2, kk, smode, sat_inf, codes, scales, np.uint64(seed_v),
                                       np.int64(sr))
     codes = np.ascontiguousarray(np.moveaxis(codes.reshape(lead + (n,)), -1, ax))
     scales = np.ascontiguousarray(np.moveaxis(scales.reshape(lead + (nb,)), -1, ax))
@@ -252,23 +262,38 @@ def decode(q: QuantizedArray):
     0xFF gives NaN).  Raises ValueError if codes and scales do not match."""
     codes, was_torch = A.codes_array(q.codes)
     scales, _ = A.codes_array(q.scales, "scales")
-    if codes.dtype != np.uint8 or scales.dtype != np.uint8:
-        raise TypeError("MX codes and scales must be uint8")
-    k = _check_block_size(q.block_size)
-    ax = _check_axis(q.axis, codes.ndim)
-    nb = -(-codes.shape[ax] // k)
-    want = codes.shape[:ax] + (nb,) + codes.shape[ax + 1:]
-    if scales.shape != want:
-        raise ValueError(f"scales shape {scales.shape} does not match codes {codes.shape} with "
-                         f"block_size {k} along axis {ax}: expected {want}")
+    ax, k, nb = check_quantized(q, codes.shape, codes.dtype, scales.shape, scales.dtype)
     c2 = np.ascontiguousarray(np.moveaxis(codes, ax, -1))
     s2 = np.ascontiguousarray(np.moveaxis(scales, ax, -1))
     n = c2.shape[-1]
+    rows = math.prod(c2.shape[:-1])
     out = np.empty(c2.shape, dtype=np.float32)
     if out.size:
-        _decode_blocks(c2.reshape(-1, n), s2.reshape(-1, nb), k, _ELEM[q.format][2],
-                       out.reshape(-1, n))
+        _decode_blocks(c2.reshape(rows, n), s2.reshape(rows, nb), k, _ELEM[q.format][2],
+                       out.reshape(rows, n))
     return A.wrap(np.ascontiguousarray(np.moveaxis(out, -1, ax)), was_torch)
+
+
+def check_quantized(q: QuantizedArray, codes_shape, codes_dtype, scales_shape, scales_dtype):
+    """Validate an MX :class:`QuantizedArray`'s metadata (any device: shapes and dtypes only;
+    every uint8 scale code is a valid E8M0 value, 0xFF = NaN).  Returns ``(axis, block length
+    as the kernels see it, number of blocks)``."""
+    if str(codes_dtype).split(".")[-1] != "uint8" or str(scales_dtype).split(".")[-1] != "uint8":
+        raise TypeError(f"MX codes and scales must be uint8, got {codes_dtype} and {scales_dtype}")
+    if q.granularity is not None or q.zero_points is not None:
+        raise ValueError("an MX QuantizedArray has no granularity or zero_points (those are for "
+                         "int8/uint8)")
+    k = _check_block_size(q.block_size)
+    ax = _check_axis(q.axis, len(codes_shape))
+    n = codes_shape[ax]
+    kk = block_len(k, n)
+    nb = -(-n // kk)
+    want = tuple(codes_shape[:ax]) + (nb,) + tuple(codes_shape[ax + 1:])
+    if tuple(scales_shape) != want:
+        raise ValueError(f"scales shape {tuple(scales_shape)} does not match codes "
+                         f"{tuple(codes_shape)} with block_size {k} along axis {ax}: "
+                         f"expected {want}")
+    return ax, kk, nb
 
 
 def quantize(x, f: Format, *, out=None, **kwargs):

@@ -121,7 +121,12 @@ def check_seed(seed, rounding_is_stochastic: bool) -> int:
     if isinstance(seed, np.random.Generator):
         return int(seed.integers(0, 2**63, dtype=np.int64))
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int or numpy.random.Generator, got {type(seed).__name__}")
+        hint = ""
+        if type(seed).__module__.startswith("torch"):
+            hint = ("; a torch.Generator is not accepted (its state is not a counter-based "
+                    "seed): pass an int, e.g. int(torch.randint(2**62, (1,), generator=g))")
+        raise TypeError(f"seed must be an int in [0, 2**64) or a numpy.random.Generator, got "
+                        f"{type(seed).__module__}.{type(seed).__name__}{hint}")
     if not 0 <= int(seed) < 2**64:
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
     return int(seed)
