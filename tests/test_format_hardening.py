@@ -245,3 +245,19 @@ def test_mx_decode_validates_the_quantized_array(fmt):
 def test_torch_generator_seed_is_explained(fmt):
     with pytest.raises(TypeError, match="torch.Generator is not accepted"):
         lp.quantize(_x(64), fmt, rounding="stochastic", seed=torch.Generator())
+
+
+# --------------------------------------------------------------------------------------------
+# a sibling found while porting MX to the GPU: scale_mode="even" divided by zero (a Numba
+# ZeroDivisionError) for a float64 block whose amax is a subnormal below 2**-1072
+
+
+@pytest.mark.parametrize("mode", ["floor", "ceil", "rceil", "even"])
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+def test_mx_float64_subnormal_blocks(fmt, mode):
+    for v in (5e-324, 1e-323, 2e-323, 1e-310, 2.0**-1022):
+        x = np.array([v, -v / 2, 0.0, v], np.float64)
+        q = lp.encode(x, fmt, scale_mode=mode)
+        assert q.scales.tolist() == [0]  # 2**-127: the lowest scale (formats.md 3.2 clamp)
+        # every element is below half the smallest element step at scale 2**-127: zero
+        assert np.all(lp.decode(q) == 0)

@@ -202,10 +202,18 @@ def _ensure_registry() -> None:
 def _ensure_family(key: str) -> None:
     # Import only the family of one format: a first ``encode(x, "e4m3")`` then does not pay
     # for importing the MX and integer codecs.
+    # (import statements, not importlib: TorchDynamo runs these while tracing a first call
+    # inside torch.compile, but cannot trace importlib.import_module)
     if key not in _REGISTRY:
-        import importlib
-
-        importlib.import_module(f"{__package__}.{_FAMILY[key]}")
+        family = _FAMILY[key]
+        if family == "hif8":
+            from . import hif8  # noqa: F401
+        elif family == "minifloat":
+            from . import minifloat  # noqa: F401
+        elif family == "mx":
+            from . import mx  # noqa: F401
+        else:
+            from . import integer  # noqa: F401
 
 
 def available_formats() -> list[str]:

@@ -84,7 +84,7 @@ from .core import (
     get_format,
     parse_rounding,
 )
-from .rounding import SR, SR_BITS_DEFAULT, check_seed, check_sr_bits, round_to_int
+from .rounding import SR, SR_BITS_DEFAULT, check_offset, check_seed, check_sr_bits, round_to_int
 
 __all__ = ["encode", "decode", "quantize", "INT8_INFO", "UINT8_INFO", "GRANULARITIES"]
 
@@ -142,7 +142,7 @@ def _segment(xs, os, s, z, qmin, qmax, mode, seed, k0, sr_bits, want_value):
 
 @njit(inline="always", cache=True)
 def _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
-          sr_bits, want_value):
+          sr_bits, offset, want_value):
     """Encode (``want_value`` False: codes into uint8 ``out``) or fake-quantize (float32 ``out``)
     the elements ``start .. stop - 1``.  Returns the number of NaNs met while encoding."""
     nan = 0
@@ -159,8 +159,8 @@ def _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, 
         while k < rend:
             j = jrow + b * si
             k1 = min(rend, send)
-            nan += _segment(x[k:k1], out[k:k1], scale[j], zp[j], qmin, qmax, mode, seed, k,
-                            sr_bits, want_value)
+            nan += _segment(x[k:k1], out[k:k1], scale[j], zp[j], qmin, qmax, mode, seed,
+                            offset + k, sr_bits, want_value)
             k = k1
             b += 1
             send += bi
@@ -172,58 +172,58 @@ def _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, 
 
 @njit(cache=True, nogil=True)
 def _encode_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
-                  seed, sr_bits):
+                  seed, sr_bits, offset):
     if mode == SR:
         return _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, SR,
-                     seed, sr_bits, False)
+                     seed, sr_bits, offset, False)
     return _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
-                 seed, sr_bits, False)
+                 seed, sr_bits, offset, False)
 
 
 @njit(cache=True, nogil=True)
 def _quantize_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
-                    seed, sr_bits):
+                    seed, sr_bits, offset):
     if mode == SR:
         return _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, SR,
-                     seed, sr_bits, True)
+                     seed, sr_bits, offset, True)
     return _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
-                 seed, sr_bits, True)
+                 seed, sr_bits, offset, True)
 
 
 @njit(cache=True, nogil=True)
 def _encode_serial(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
-                   sr_bits):
+                   sr_bits, offset):
     return _encode_chunk(x, scale, zp, out, 0, x.shape[0], L, Q, bm, sm, so, bi, si, qmin, qmax,
-                         mode, seed, sr_bits)
+                         mode, seed, sr_bits, offset)
 
 
 @njit(cache=True, nogil=True)
 def _quantize_serial(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
-                     sr_bits):
+                     sr_bits, offset):
     return _quantize_chunk(x, scale, zp, out, 0, x.shape[0], L, Q, bm, sm, so, bi, si, qmin,
-                           qmax, mode, seed, sr_bits)
+                           qmax, mode, seed, sr_bits, offset)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _encode_parallel(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
-                     sr_bits):
+                     sr_bits, offset):
     n = x.shape[0]
     nch = (n + CHUNK - 1) // CHUNK
     nans = np.zeros(nch, dtype=np.int64)
     for c in prange(nch):
         nans[c] = _encode_chunk(x, scale, zp, out, c * CHUNK, min(n, (c + 1) * CHUNK), L, Q,
-                                bm, sm, so, bi, si, qmin, qmax, mode, seed, sr_bits)
+                                bm, sm, so, bi, si, qmin, qmax, mode, seed, sr_bits, offset)
     return nans.sum()
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _quantize_parallel(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
-                       sr_bits):
+                       sr_bits, offset):
     n = x.shape[0]
     nch = (n + CHUNK - 1) // CHUNK
     for c in prange(nch):
         _quantize_chunk(x, scale, zp, out, c * CHUNK, min(n, (c + 1) * CHUNK), L, Q, bm, sm, so,
-                        bi, si, qmin, qmax, mode, seed, sr_bits)
+                        bi, si, qmin, qmax, mode, seed, sr_bits, offset)
     return 0
 
 
@@ -410,14 +410,14 @@ def _to_f32_scale(s64: np.ndarray) -> np.ndarray:
     return np.clip(s32, np.float32(F32_TINY), np.float32(F32_MAX)).reshape(s64.shape)
 
 
-def _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size,
-             symmetric, scale, zero_point, narrow):
-    """Validate everything; return the flat input, the layout, scales and zero points."""
-    f = get_format(f)
+def options(f: Format, rounding, seed, sr_bits, saturate, granularity, axis, block_size,
+            symmetric, scale, zero_point, narrow, offset, shape) -> dict:
+    """Validate the INT arguments that do not depend on the data values, for an input of
+    ``shape``; returns ``mode``, ``seed``, ``sr_bits``, ``offset`` (signed int64), ``qmin``,
+    ``qmax``, ``lay`` (the :class:`_Layout`) and ``symmetric``.  Shared by the NumPy and the
+    torch routes (explicit scale/zero-point values are checked by each)."""
     if f.info.kind != "int":
         raise ValueError(f"{f.name!r} is not an integer format; use int8 or uint8")
-    arr, was_torch = A.to_numpy(x)
-    arr = A.check_float(arr)
     r = parse_rounding(rounding if rounding is not None else f.info.default_rounding, f.name)
     if saturate is not None and not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate must be True, False or None, got {saturate!r}")
@@ -425,12 +425,27 @@ def _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_s
         raise TypeError(f"symmetric must be True or False, got {symmetric!r}")
     sr = check_sr_bits(sr_bits) if r == Rounding.STOCHASTIC else SR_BITS_DEFAULT
     seed_v = check_seed(seed, r == Rounding.STOCHASTIC)
+    off = check_offset(offset)
     qmin, qmax = _qrange(f, bool(symmetric), narrow)
-    lay = _Layout(arr.shape, granularity, axis, block_size)
+    lay = _Layout(tuple(shape), granularity, axis, block_size)
     if symmetric and zero_point is not None:
         raise ValueError("zero_point applies to symmetric=False only (symmetric means z = 0)")
     if scale is None and zero_point is not None:
         raise ValueError("zero_point= needs scale= as well")
+    return dict(mode=int(r), seed=seed_v, sr_bits=sr, offset=off, qmin=qmin, qmax=qmax,
+                lay=lay, symmetric=bool(symmetric))
+
+
+def _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size,
+             symmetric, scale, zero_point, narrow, offset=0):
+    """Validate everything; return the flat input, the layout, scales and zero points."""
+    f = get_format(f)
+    arr, was_torch = A.to_numpy(x)
+    arr = A.check_float(arr)
+    o = options(f, rounding, seed, sr_bits, saturate, granularity, axis, block_size, symmetric,
+                scale, zero_point, narrow, offset, arr.shape)
+    r, sr, seed_v, off = o["mode"], o["sr_bits"], o["seed"], o["offset"]
+    qmin, qmax, lay = o["qmin"], o["qmax"], o["lay"]
 
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float32)  # float16 and bfloat16 widen exactly
@@ -459,7 +474,7 @@ def _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_s
     if zp is not None:
         zp = np.ascontiguousarray(zp, dtype=np.int32).reshape(lay.scale_shape)
     return dict(arr=arr, flat=flat, was_torch=was_torch, lay=lay, scales=s32, zps=zp,
-                mode=int(r), seed=seed_v, sr_bits=sr, qmin=qmin, qmax=qmax, fmt=f)
+                mode=r, seed=seed_v, sr_bits=sr, offset=off, qmin=qmin, qmax=qmax, fmt=f)
 
 
 def _group_minmax(flat: np.ndarray, lay: _Layout):
@@ -484,7 +499,7 @@ def _run(p, out: np.ndarray, want_value: bool) -> int:
         kern = _encode_parallel if big else _encode_serial
     return int(kern(flat, s64, z64, out, *p["lay"].args, np.float64(p["qmin"]),
                     np.float64(p["qmax"]), np.int64(p["mode"]), np.uint64(p["seed"]),
-                    np.int64(p["sr_bits"])))
+                    np.int64(p["sr_bits"]), np.int64(p["offset"])))
 
 
 def _wrap_like(a: np.ndarray | None, as_torch: bool):
@@ -499,7 +514,7 @@ def encode(x: Any, f: Format, *, rounding: str | Rounding | None = None,
            seed: int | np.random.Generator | None = None, sr_bits: int = SR_BITS_DEFAULT,
            saturate: bool | None = None, granularity: str = "per_tensor", axis: int | None = None,
            block_size: int | None = None, symmetric: bool = True, scale: Any = None,
-           zero_point: Any = None, narrow: bool | None = None) -> QuantizedArray:
+           zero_point: Any = None, narrow: bool | None = None, offset: int = 0) -> QuantizedArray:
     """Quantize ``x`` to int8/uint8 codes with scales (and zero points): a :class:`QuantizedArray`.
 
     ``codes = clamp(round(x / s) + z, qmin, qmax)``; see the module docstring for the ranges, how
@@ -513,6 +528,8 @@ def encode(x: Any, f: Format, *, rounding: str | Rounding | None = None,
         seed: stochastic rounding only (required then): int >= 0 or numpy Generator; element
             ``i`` (flat C order) uses random bits depending only on ``(seed, i)``.
         sr_bits: random bits per element for stochastic rounding, 1..32.
+        offset: stochastic counter of the first element (element ``i`` uses ``offset + i``),
+            an int in [0, 2**64): chunks quantized with their start as offset equal the whole.
         saturate: True, False or None, accepted for API symmetry; integer codes always clamp
             to ``[qmin, qmax]``.
         granularity: ``per_tensor``, ``per_channel``, ``per_token`` or ``per_block``.
@@ -545,7 +562,7 @@ def encode(x: Any, f: Format, *, rounding: str | Rounding | None = None,
         (array([-64,  32, 127], dtype=int8), array([0.01574803], dtype=float32))
     """
     p = _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size,
-                 symmetric, scale, zero_point, narrow)
+                 symmetric, scale, zero_point, narrow, offset)
     fmt = p["fmt"]
     codes = np.empty(p["arr"].shape, dtype=np.uint8)
     nan = _run(p, codes.reshape(-1), False)
@@ -568,15 +585,15 @@ def quantize(x: Any, f: Format, *, rounding: str | Rounding | None = None,
              saturate: bool | None = None, out: np.ndarray | None = None,
              granularity: str = "per_tensor", axis: int | None = None,
              block_size: int | None = None, symmetric: bool = True, scale: Any = None,
-             zero_point: Any = None, narrow: bool | None = None):
+             zero_point: Any = None, narrow: bool | None = None, offset: int = 0):
     """Fake-quantize ``x`` through int8/uint8: ``(clamp(round(x / s) + z) - z) * s`` in float32.
 
     Fused (one pass, no codes materialised) and bit-identical to ``decode(encode(x, ...))`` for
     NaN-free input; NaN input gives NaN, +-Inf give ``(qmax - z) * s`` / ``(qmin - z) * s``.
 
     Args:
-        x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size, symmetric,
-        scale, zero_point, narrow: as :func:`encode`.
+        x, f, rounding, seed, sr_bits, offset, saturate, granularity, axis, block_size,
+        symmetric, scale, zero_point, narrow: as :func:`encode`.
         out: optional preallocated C-contiguous float32 array (or CPU tensor) of ``x.shape``.
 
     Returns:
@@ -590,7 +607,7 @@ def quantize(x: Any, f: Format, *, rounding: str | Rounding | None = None,
         array([-1.007874,  0.503937,  2.      ], dtype=float32)
     """
     p = _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_size,
-                 symmetric, scale, zero_point, narrow)
+                 symmetric, scale, zero_point, narrow, offset)
     o = A.make_out(out, p["arr"].shape, np.float32)
     flat = o.reshape(-1)
     work = A.scratch_if_overlap(flat, p["flat"])  # out= overlapping x (issue 12)

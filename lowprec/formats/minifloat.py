@@ -101,6 +101,57 @@ _IN64 = (52, 1023, 63, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)
 _KERNELS: dict = {}
 
 
+def codec_constants(spec: FloatSpec, in64: bool, mode: int, saturate: bool) -> dict:
+    """The scalar constants of one (format, input width, mode, saturate) codec, derived from
+    ``spec`` once: the Numba kernels (:func:`make_kernel`, :func:`make_fast32_kernel`) bake them
+    into their closures and the Triton kernels (``lowprec.gpu.minifloat``) receive the same dict
+    as ``tl.constexpr`` arguments, so one FloatSpec drives both devices.  All values are Python
+    ints or bools (float constants are given by their float32 bits)."""
+    FB, BIAS_IN, SSH, ABS_MASK, INF_BITS = _IN64 if in64 else _IN32
+    e_lo = spec.e_lo
+    m_tab = spec.m_tab
+    m_max = int(m_tab.max())
+    m_lo = int(m_tab[0])
+    uniform = spec.m >= 0
+    has_inf = spec.inf_code >= 0
+    ovf_code = spec.inf_code if has_inf else spec.nan_code
+    maxbits = int(np.float32(spec.max_value).view(np.uint32))
+    T0, T1, T2 = (list(spec.taper) + [1 << 20] * 3)[:3]
+    sat = bool(saturate)
+    return dict(
+        # input layout (float32 or float64 bits)
+        FB=FB, BIAS_IN=BIAS_IN, SSH=SSH, ABS_MASK=ABS_MASK, INF_BITS=INF_BITS,
+        # the format's binades
+        E_LO=e_lo, EMAX=spec.emax, FRACMAX=spec.fracmax, UNIFORM=uniform,
+        M_U=max(spec.m, 0), M_LO=m_lo, Q_LO=e_lo - m_lo, M_MAX=m_max, T0=T0, T1=T1, T2=T2,
+        # special codes
+        NEG_ZERO=bool(spec.neg_zero), HAS_INF=has_inf, INF_CODE=spec.inf_code,
+        NAN_CODE=spec.nan_code, NAN_SIGNED=bool(spec.nan_signed), MAX_CODE=spec.max_code,
+        OVF_CODE=ovf_code,
+        MODE=int(mode), SAT=sat,
+        # Overflow to +-max instead of Inf/NaN for finite inputs: saturation and the directed
+        # modes that round toward zero on that side (IEEE 754 7.4).
+        OVF_MAX_POS=sat or mode in (RZ, RDOWN), OVF_MAX_NEG=sat or mode in (RZ, RUP),
+        # float32 bits of results: max, the overflow value (Inf, or NaN without Inf), NaN
+        MAXBITS=maxbits, INF_BITS32=0x7F800000 if has_inf else 0x7FC00000,
+        NAN_BITS32=0x7FC00000,
+        # float32 fast path: significand shift below the lowest binade is SH_LO_BASE - e;
+        # code offset of a uniform format's float32 bits; 2**Q_LO (bits)
+        SH_LO_BASE=23 - m_lo + e_lo, OFF=((126 + e_lo) << m_max) if uniform else 0,
+        LOSCALE_BITS=(127 + e_lo - m_lo) << 23,
+        # ties-to-even encode (uniform formats): half - 1, min normal bits, 2**(E_LO - m + 23)
+        RNE_HALF_M1=(1 << (22 - m_max)) - 1, RNE_MINNORM=(127 + e_lo) << 23,
+        RNE_CB=(127 + e_lo - m_max + 23) << 23, RNE_OVF=spec.max_code if sat else ovf_code,
+        RNE_NAN=spec.nan_code if spec.nan_signed else spec.nan_code | 0x80, RNE_S0=23 - m_max,
+        # ties-away encode (tapered formats whose lowest binade has no mantissa bits, HiF8)
+        RNA_OK=(not uniform) and m_lo == 0, RNA_LO=(127 + e_lo - 1) << 23,
+        RNA_MINNORM=(127 + e_lo) << 23, RNA_LO_CODE=int(spec.base_tab[0]),
+        # smallest |x| + half whose truncation lies above the largest finite value
+        RNA_OVF_BITS=maxbits + (1 << (23 - int(m_tab[spec.emax - e_lo]))),
+        RNA_OVF=spec.max_code if sat else ovf_code,
+    )
+
+
 def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_value: bool):
     """Build (once, then cached) the Numba kernel for one (format, input width, mode, saturate,
     output kind) combination.  All of them are constants of the compiled code.
@@ -114,31 +165,19 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
     hit = _KERNELS.get(key)
     if hit is not None:
         return hit
-    FB, BIAS_IN, SSH, ABS_MASK, INF_BITS = _IN64 if in64 else _IN32
-    E_LO = spec.e_lo
-    EMAX = spec.emax
-    FRACMAX = spec.fracmax
+    K = codec_constants(spec, in64, mode, saturate)
+    FB, BIAS_IN, SSH, ABS_MASK, INF_BITS = K["FB"], K["BIAS_IN"], K["SSH"], K["ABS_MASK"], \
+        K["INF_BITS"]
+    E_LO, EMAX, FRACMAX = K["E_LO"], K["EMAX"], K["FRACMAX"]
     M_TAB = spec.m_tab
     BASE_TAB = spec.base_tab
-    UNIFORM = spec.m >= 0
-    M_U = max(spec.m, 0)
-    M_LO = int(spec.m_tab[0])
-    Q_LO = E_LO - M_LO
-    NEG_ZERO = spec.neg_zero
-    HAS_INF = spec.inf_code >= 0
-    INF_CODE = spec.inf_code
-    NAN_CODE = spec.nan_code
-    NAN_SIGNED = spec.nan_signed
-    MAX_CODE = spec.max_code
+    UNIFORM, M_U, Q_LO = K["UNIFORM"], K["M_U"], K["Q_LO"]
+    NEG_ZERO, HAS_INF = K["NEG_ZERO"], K["HAS_INF"]
+    NAN_CODE, NAN_SIGNED, MAX_CODE = K["NAN_CODE"], K["NAN_SIGNED"], K["MAX_CODE"]
     MAX_VAL = spec.max_value
-    MODE = mode
-    SAT = saturate
-    # Overflow to +-max instead of Inf/NaN for finite inputs: saturation and the directed modes
-    # that round toward zero on that side (IEEE 754 7.4).
-    OVF_MAX_POS = saturate or mode in (RZ, RDOWN)
-    OVF_MAX_NEG = saturate or mode in (RZ, RUP)
+    MODE, SAT = K["MODE"], K["SAT"]
+    OVF_MAX_POS, OVF_MAX_NEG, OVF_CODE = K["OVF_MAX_POS"], K["OVF_MAX_NEG"], K["OVF_CODE"]
     INF_VAL = math.inf if HAS_INF else math.nan
-    OVF_CODE = INF_CODE if HAS_INF else NAN_CODE
     WANT_VALUE = bool(want_value)
     HYB = mode == HYBRID
     ONE = np.int64(1)
@@ -276,30 +315,17 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
         return hit
     U = np.uint32
     I = np.int32
-    E_LO = spec.e_lo
-    M_TAB = spec.m_tab
-    M_MAX = int(M_TAB.max())
-    T0, T1, T2 = (list(spec.taper) + [1 << 20] * 3)[:3]
-    UNIFORM = spec.m >= 0
-    M_LO = int(M_TAB[0])
-    Q_LO = E_LO - M_LO
-    SH_LO_BASE = 23 - M_LO + E_LO  # shift of the significand below the lowest binade: - e
-    OFF = ((126 + E_LO) << M_MAX) if UNIFORM else 0
-    MAXBITS = int(np.float32(spec.max_value).view(np.uint32))
-    NEG_ZERO = spec.neg_zero
-    HAS_INF = spec.inf_code >= 0
-    INF_CODE = spec.inf_code
-    NAN_CODE = spec.nan_code
-    NAN_SIGNED = spec.nan_signed
-    MAX_CODE = spec.max_code
-    MODE = mode
-    SAT = saturate
-    OVF_MAX_POS = saturate or mode in (RZ, RDOWN)
-    OVF_MAX_NEG = saturate or mode in (RZ, RUP)
-    OVF_CODE = INF_CODE if HAS_INF else NAN_CODE
-    INF_BITS32 = 0x7F800000 if HAS_INF else 0x7FC00000
-    NAN_BITS32 = 0x7FC00000
-    LOSCALE = np.float32(2.0**Q_LO)
+    K = codec_constants(spec, False, mode, saturate)
+    E_LO, M_MAX, T0, T1, T2 = K["E_LO"], K["M_MAX"], K["T0"], K["T1"], K["T2"]
+    UNIFORM = K["UNIFORM"]
+    SH_LO_BASE = K["SH_LO_BASE"]  # shift of the significand below the lowest binade: - e
+    OFF = K["OFF"]
+    MAXBITS = K["MAXBITS"]
+    NEG_ZERO, NAN_CODE, NAN_SIGNED = K["NEG_ZERO"], K["NAN_CODE"], K["NAN_SIGNED"]
+    MAX_CODE, MODE, SAT = K["MAX_CODE"], K["MODE"], K["SAT"]
+    OVF_MAX_POS, OVF_MAX_NEG, OVF_CODE = K["OVF_MAX_POS"], K["OVF_MAX_NEG"], K["OVF_CODE"]
+    INF_BITS32, NAN_BITS32 = K["INF_BITS32"], K["NAN_BITS32"]
+    LOSCALE = np.uint32(K["LOSCALE_BITS"]).view(np.float32)
 
     CODE_FN = spec.code_fn
 
@@ -367,13 +393,10 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
     # float32 bits at bit 23 - m, the carry running into the exponent; below the lowest binade:
     # the hardware's own RNE in ``|x| + C``, C = 2**(E_LO - m + 23), whose ulp is the format's
     # subnormal spacing.  Tested equal to the generic kernel on every float32 pattern.
-    RNE_HALF_M1 = (1 << (22 - M_MAX)) - 1
-    RNE_MINNORM = (127 + E_LO) << 23
-    RNE_C = np.float32(2.0 ** (E_LO - M_MAX + 23))
-    RNE_CB = int(RNE_C.view(np.uint32))
-    RNE_OVF = MAX_CODE if SAT else OVF_CODE
-    RNE_NAN = NAN_CODE if NAN_SIGNED else NAN_CODE | 0x80  # the sign is ORed in below
-    RNE_S0 = 23 - M_MAX
+    RNE_HALF_M1, RNE_MINNORM = K["RNE_HALF_M1"], K["RNE_MINNORM"]
+    RNE_CB = K["RNE_CB"]
+    RNE_C = np.uint32(RNE_CB).view(np.float32)
+    RNE_OVF, RNE_NAN, RNE_S0 = K["RNE_OVF"], K["RNE_NAN"], K["RNE_S0"]
 
     @njit(inline="always", cache=True)
     def one_rne(u):
@@ -394,13 +417,8 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
     # 2**E_LO from its half 2**(E_LO - 1) up (the tie goes away) and 0 below.  Compares are on
     # signed lanes (AVX2 has no unsigned compare); ``|x| + half`` only passes 2**31 for NaN.
     # Tested equal to the generic kernel on every float32 pattern.
-    RNA_OK = not UNIFORM and M_LO == 0
-    RNA_LO = (127 + E_LO - 1) << 23  # bits of 2**(E_LO - 1)
-    RNA_MINNORM = (127 + E_LO) << 23  # bits of 2**E_LO
-    RNA_LO_CODE = int(spec.base_tab[0])  # code of 2**E_LO
-    # smallest |x| + half whose truncation lies above the largest finite value
-    RNA_OVF_BITS = MAXBITS + (1 << (23 - int(M_TAB[spec.emax - E_LO])))
-    RNA_OVF = MAX_CODE if SAT else OVF_CODE
+    RNA_OK, RNA_LO, RNA_MINNORM = K["RNA_OK"], K["RNA_LO"], K["RNA_MINNORM"]
+    RNA_LO_CODE, RNA_OVF_BITS, RNA_OVF = K["RNA_LO_CODE"], K["RNA_OVF_BITS"], K["RNA_OVF"]
 
     @njit(inline="always", cache=True)
     def one_rna(u):
@@ -468,6 +486,8 @@ def run_kernel(spec: FloatSpec, bits: np.ndarray, out: np.ndarray, mode: int, sa
     or float32 values, chosen by ``out.dtype``).
 
     float32 input with a deterministic mode takes the vectorized fast path unless ``generic``.
+    ``seed`` and ``offset`` are 64-bit (signed or unsigned ints); element ``i`` uses the
+    stochastic counter ``offset + i`` (mod 2**64).
     """
     want_value = out.dtype == np.float32
     big = bits.shape[0] >= PARALLEL_MIN  # below it the serial kernel is used
@@ -478,7 +498,9 @@ def run_kernel(spec: FloatSpec, bits: np.ndarray, out: np.ndarray, mode: int, sa
         return
     serial, parallel = make_kernel(spec, bits.dtype == np.uint64, int(mode), bool(saturate),
                                    want_value)
-    (parallel if big else serial)(bits, out, np.uint64(seed), np.int64(sr_bits), np.int64(offset))
+    off = np.uint64(int(offset) & 0xFFFFFFFFFFFFFFFF).view(np.int64)  # wraps like the counter
+    (parallel if big else serial)(bits, out, np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF),
+                                  np.int64(sr_bits), off)
 
 
 # --------------------------------------------------------------------------------------------

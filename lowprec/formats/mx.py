@@ -49,7 +49,7 @@ from .minifloat import (
     E5M2_VALUES,
     make_kernel,
 )
-from .rounding import HYBRID, SR, SR_BITS_DEFAULT, check_seed, check_sr_bits
+from .rounding import HYBRID, SR, SR_BITS_DEFAULT, check_offset, check_seed, check_sr_bits
 
 BLOCK_SIZE_DEFAULT = 32  # OCP MX 5.2
 E8M0_BIAS = 127
@@ -68,31 +68,46 @@ _ELEM = {
 
 @njit(inline="always", cache=True)
 def _floor_log2(a):
-    """Exact floor(log2(a)) of a finite float64 a > 0 (subnormals included)."""
-    m, e = math.frexp(a)
-    return np.int64(e) - 1
+    """Exact ``(floor(log2(a)), f)`` of a finite float64 ``a > 0`` (subnormals included), with
+    ``a = (1 + f / 2**52) * 2**floor(log2(a))``: ``f`` is the 52-bit fraction, normalised."""
+    m, e = math.frexp(a)  # a = m * 2**e, 0.5 <= m < 1, exact
+    return np.int64(e) - 1, np.int64((m * 2.0 - 1.0) * 4503599627370496.0)  # * 2**52: exact
 
 
 @njit(inline="always", cache=True)
-def _shared_exp(amax, mode, emax_elem, mbits, max_elem):
-    """Unclamped shared exponent of a block (see the module docstring); amax > 0 finite."""
-    fl = _floor_log2(amax)
+def _shared_exp(amax, mode, emax_elem, mbits, maxfrac):
+    """Unclamped shared exponent of a block (see the module docstring); amax > 0 finite.
+
+    With ``amax = (1 + f) * 2**fl`` (``f`` as a 52-bit integer from :func:`_floor_log2`):
+
+    * floor: ``fl - emax_elem``;
+    * ceil: ``fl + (f != 0) - emax_elem``;
+    * rceil: the smallest ``e`` with ``amax <= max_elem * 2**e``.  ``max_elem = (1 + F) *
+      2**emax_elem`` (F = ``maxfrac`` / 2**52, 0.75 for E4M3 and E5M2), so ``e = fl -
+      emax_elem`` when ``f <= F`` and one more otherwise;
+    * even: ``amax`` rounded half away to ``mbits`` mantissa bits carries into the next binade
+      iff ``f >= (2**(mbits+1) - 1) * 2**(51 - mbits)``; the exponent of the rounded value
+      minus ``emax_elem``.
+
+    Closed forms from the bits, so that the GPU kernel (``lowprec.gpu.mx``) computes the same
+    integers without a loop; they equal the definitions for every amax, float64 subnormals
+    included (a ``floor(amax / 2**(fl - mbits) + 0.5)`` form divided by zero there).
+    """
+    fl, f = _floor_log2(amax)
     if mode == 0:  # floor
         return fl - emax_elem
     if mode == 2:  # ceil
-        is_pow2 = amax == math.ldexp(1.0, fl)
-        return (fl if is_pow2 else fl + 1) - emax_elem
-    if mode == 1:  # rceil: smallest e with amax <= max_elem * 2**e
-        e = fl - emax_elem
-        while amax > max_elem * math.ldexp(1.0, e):
-            e += 1
-        while amax <= max_elem * math.ldexp(1.0, e - 1):
-            e -= 1
-        return e
-    # even: round amax half away to mbits mantissa bits, then floor_log2
-    q = math.ldexp(1.0, fl - mbits)
-    r = np.floor(amax / q + 0.5) * q  # amax / q < 2**(mbits+1): exact; + 0.5 exact
-    return _floor_log2(r) - emax_elem
+        return fl + (1 if f != 0 else 0) - emax_elem
+    if mode == 1:  # rceil
+        return fl + (1 if f > maxfrac else 0) - emax_elem
+    carry = ((np.int64(1) << (mbits + 1)) - 1) << (51 - mbits)  # even
+    return fl + (1 if f >= carry else 0) - emax_elem
+
+
+def max_frac52(max_value: float) -> int:
+    """The 52-bit fraction of a float64 ``max_value`` (the element's largest finite value)."""
+    m, _e = math.frexp(max_value)
+    return int((m * 2.0 - 1.0) * 2.0**52)
 
 
 def _make_block_kernel(fmt_name: str, mode: int):
@@ -101,10 +116,10 @@ def _make_block_kernel(fmt_name: str, mode: int):
     NAN_CODE = spec.nan_code
     EMAX_ELEM = emax_elem
     MBITS = mbits
-    MAX_ELEM = float(spec.max_value)
+    MAXFRAC = max_frac52(spec.max_value)
 
     @njit(cache=True, nogil=True)
-    def kernel(x, k, smode, sat_inf, codes, scales, seed, sr_bits):
+    def kernel(x, k, smode, sat_inf, codes, scales, seed, sr_bits, offset):
         rows, n = x.shape
         nb = scales.shape[1]
         for r in range(rows):
@@ -132,13 +147,14 @@ def _make_block_kernel(fmt_name: str, mode: int):
                 elif amax == 0.0:
                     e = SCALE_EXP_MIN
                 else:
-                    e = _shared_exp(amax, smode, EMAX_ELEM, MBITS, MAX_ELEM)
+                    e = _shared_exp(amax, smode, EMAX_ELEM, MBITS, MAXFRAC)
                     e = min(max(e, SCALE_EXP_MIN), SCALE_EXP_MAX)
                 scales[r, b] = np.uint8(e + E8M0_BIAS)
                 inv = math.ldexp(1.0, -e)
                 for i in range(lo, hi):
                     y = x[r, i] * inv  # exact: power-of-two scaling in float64
-                    codes[r, i] = np.uint8(one(f64_as_u64(y), seed, r * n + i, sr_bits)[0])
+                    idx = offset + r * n + i  # int64, wraps like the uint64 counter
+                    codes[r, i] = np.uint8(one(f64_as_u64(y), seed, idx, sr_bits)[0])
 
     return kernel
 
@@ -198,16 +214,40 @@ def _parse(name, value, allowed):
     return allowed.index(value)
 
 
+def options(rounding, seed, sr_bits, saturate, axis, block_size, scale_mode, nonfinite, offset,
+            ndim: int) -> dict:
+    """Validate the MX arguments (everything but the data) for an input of ``ndim`` axes;
+    returns the normalised values (``mode`` int, ``axis`` >= 0, ``block_size``, ``smode``
+    index into SCALE_MODES, ``sat_inf``, ``seed`` in [0, 2**64), ``sr_bits``, ``offset`` as
+    signed int64).  Shared by the NumPy and the torch routes."""
+    r = parse_rounding(rounding if rounding is not None else Rounding.NEAREST_EVEN, "e4m3")
+    if r == HYBRID:
+        raise ValueError("hybrid rounding exists only for hif8")
+    if saturate is not None:
+        if not isinstance(saturate, (bool, np.bool_)):
+            raise TypeError(f"saturate must be True, False or None, got {saturate!r}")
+        if not saturate:
+            raise ValueError("MX elements always saturate (OCP MX 6.3): saturate=False is not "
+                             "available for mxfp8 formats; pass None or True")
+    return dict(mode=int(r), axis=_check_axis(axis, ndim), block_size=_check_block_size(block_size),
+                smode=_parse("scale_mode", scale_mode, SCALE_MODES),
+                sat_inf=_parse("nonfinite", nonfinite, NONFINITE) == 1,
+                sr_bits=check_sr_bits(sr_bits) if r == SR else SR_BITS_DEFAULT,
+                seed=check_seed(seed, r == SR), offset=check_offset(offset))
+
+
 def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=SR_BITS_DEFAULT, saturate=None,
            axis: int = -1, block_size: int = BLOCK_SIZE_DEFAULT, scale_mode: str = "floor",
-           nonfinite: str = "nan") -> QuantizedArray:
+           nonfinite: str = "nan", offset: int = 0) -> QuantizedArray:
     """Encode ``x`` to MXFP8 blocks along ``axis``.
 
     Args:
         x: float32/float64/float16/bfloat16 numpy array or CPU torch tensor (>= 1-d).
         f: ``mxfp8_e4m3`` or ``mxfp8_e5m2``.
         rounding: element rounding (default ``nearest_even``, OCP); every mode but ``hybrid``.
-        seed, sr_bits: stochastic rounding (counter = flat index in the axis-last layout).
+        seed, sr_bits: stochastic rounding (counter = ``offset`` + flat index in the axis-last
+            layout).
+        offset: stochastic counter of the first element (int in [0, 2**64)).
         saturate: None or True (MX elements always saturate, OCP MX 6.3); False raises.
         axis: the blocked axis. block_size: elements per block (last block may be partial).
         scale_mode: ``floor`` (OCP), ``rceil``, ``ceil``, ``even`` (module docstring).
@@ -224,21 +264,10 @@ def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=SR_BITS_DEFAULT, s
     """
     arr, was_torch = A.to_numpy(x)
     arr = A.check_float(arr)
-    r = parse_rounding(rounding if rounding is not None else Rounding.NEAREST_EVEN, "e4m3")
-    if r == HYBRID:
-        raise ValueError("hybrid rounding exists only for hif8")
-    if saturate is not None:
-        if not isinstance(saturate, (bool, np.bool_)):
-            raise TypeError(f"saturate must be True, False or None, got {saturate!r}")
-        if not saturate:
-            raise ValueError("MX elements always saturate (OCP MX 6.3): saturate=False is not "
-                             "available for mxfp8 formats; pass None or True")
-    ax = _check_axis(axis, arr.ndim)
-    k = _check_block_size(block_size)
-    smode = _parse("scale_mode", scale_mode, SCALE_MODES)
-    sat_inf = _parse("nonfinite", nonfinite, NONFINITE) == 1
-    sr = check_sr_bits(sr_bits) if r == SR else SR_BITS_DEFAULT
-    seed_v = check_seed(seed, r == SR)
+    o = options(rounding, seed, sr_bits, saturate, axis, block_size, scale_mode, nonfinite,
+                offset, arr.ndim)
+    r, ax, k, smode, sat_inf = o["mode"], o["axis"], o["block_size"], o["smode"], o["sat_inf"]
+    sr, seed_v, off = o["sr_bits"], o["seed"], o["offset"]
     moved = np.moveaxis(arr, ax, -1)
     lead = moved.shape[:-1]
     n = moved.shape[-1]
@@ -250,7 +279,7 @@ def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=SR_BITS_DEFAULT, s
     scales = np.empty((rows, nb), dtype=np.uint8)
     if x2.size:
         _block_kernel(f.name, int(r))(x2, kk, smode, sat_inf, codes, scales, np.uint64(seed_v),
-                                      np.int64(sr))
+                                      np.int64(sr), np.int64(off))
     codes = np.ascontiguousarray(np.moveaxis(codes.reshape(lead + (n,)), -1, ax))
     scales = np.ascontiguousarray(np.moveaxis(scales.reshape(lead + (nb,)), -1, ax))
     return QuantizedArray(codes=A.wrap(codes, was_torch), scales=A.wrap(scales, was_torch),

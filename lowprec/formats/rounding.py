@@ -132,6 +132,18 @@ def check_seed(seed, rounding_is_stochastic: bool) -> int:
     return int(seed)
 
 
+def check_offset(offset) -> int:
+    """Validate the stochastic counter ``offset`` (an int in [0, 2**64)) and return it as the
+    signed 64-bit integer with the same bits (the kernels add it to the element index in int64,
+    which wraps like the uint64 counter the hash reads)."""
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+        raise TypeError(f"offset must be an int in [0, 2**64), got {offset!r}")
+    o = int(offset)
+    if not 0 <= o < 2**64:
+        raise ValueError(f"offset must be in [0, 2**64), got {offset}")
+    return o - 2**64 if o >= 2**63 else o
+
+
 @njit(inline="always", cache=True)
 def round_to_int(y, mode, seed, idx, sr_bits):
     """Round a finite float64 ``y`` to an integer (returned as float64) under ``mode``.
