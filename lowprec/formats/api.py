@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _arrays as A
 from .core import Format, QuantizedArray, Rounding, get_format, parse_rounding
-from .rounding import HYBRID, SR_BITS_DEFAULT, check_seed, check_sr_bits
+from .rounding import HYBRID, SR_BITS_DEFAULT, check_offset, check_seed, check_sr_bits
 
 __all__ = ["encode", "decode", "quantize"]
 
@@ -34,7 +34,7 @@ def _no_extra(kwargs: dict, fmt: str, allowed: str) -> None:
         )
 
 
-_FLOAT_ARGS = "rounding, saturate, seed, sr_bits, out"
+_FLOAT_ARGS = "rounding, saturate, seed, sr_bits, offset, out"
 # keyword arguments of the scaled families, beside the common ones
 _SCALED_KW = {
     "mx": ("axis", "block_size", "scale_mode", "nonfinite"),
@@ -45,32 +45,43 @@ _SCALED_KW = {
 def _scaled_kwargs(kwargs: dict, f: Format, out_ok: bool) -> None:
     allowed = _SCALED_KW[f.info.kind]
     bad = {k: v for k, v in kwargs.items() if k not in allowed}
-    common = "rounding, saturate, seed, sr_bits" + (", out" if out_ok else "")
+    common = "rounding, saturate, seed, sr_bits, offset" + (", out" if out_ok else "")
     _no_extra(bad, f.name, f"{common}, {', '.join(allowed)}")
 
 
-def _float_codec(x, f: Format, rounding, saturate, seed, sr_bits, out, want_value):
-    arr, was_torch = A.to_numpy(x)
-    arr = A.check_float(arr)
+def _float_options(f: Format, rounding, saturate, seed, sr_bits, offset, is_f64: bool) -> tuple:
+    """Validated ``(mode, saturate, seed, sr_bits, offset)`` of a float-format codec call."""
     r = parse_rounding(rounding if rounding is not None else f.info.default_rounding, f.name)
     if saturate is None:
         saturate = False
     if not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate must be True or False, got {saturate!r}")
-    if r == HYBRID and arr.dtype == np.float64:
+    if r == HYBRID and is_f64:
         raise ValueError(
             "hybrid rounding is defined for float32 sources only (formats.md 1.6); "
             "convert float64 input to float32 first if that is what you mean"
         )
     sr = check_sr_bits(sr_bits) if r == Rounding.STOCHASTIC else SR_BITS_DEFAULT
     seed_v = check_seed(seed, r == Rounding.STOCHASTIC)
+    return int(r), bool(saturate), seed_v, sr, check_offset(offset)
+
+
+def _float_codec(x, f: Format, rounding, saturate, seed, sr_bits, offset, out, want_value):
+    if A.is_torch(x):
+        from . import _torch_route as T
+
+        return T.float_codec(x, f, rounding, saturate, seed, sr_bits, offset, out, want_value)
+    arr, was_torch = A.to_numpy(x)
+    arr = A.check_float(arr)
+    mode, sat, seed_v, sr, off = _float_options(f, rounding, saturate, seed, sr_bits, offset,
+                                                arr.dtype == np.float64)
     from .minifloat import run_kernel
 
     o = A.make_out(out, arr.shape, np.float32 if want_value else np.uint8)
     bits = A.float_bits(arr)
     flat = o.reshape(-1)
     work = A.scratch_if_overlap(flat, bits)  # out= overlapping x: compute through a temporary
-    run_kernel(_float_spec(f.name), bits, work, int(r), bool(saturate), seed_v, sr)
+    run_kernel(_float_spec(f.name), bits, work, mode, sat, seed_v, sr, off)
     if work is not flat:
         flat[...] = work
     return A.wrap(o, was_torch) if out is None else out
@@ -84,14 +95,17 @@ def encode(
     *,
     seed: int | np.random.Generator | None = None,
     sr_bits: int = SR_BITS_DEFAULT,
-    out: np.ndarray | None = None,
+    offset: int = 0,
+    out: Any = None,
     **kwargs: Any,
 ):
     """Encode floating-point values to 8-bit codes of ``fmt``.
 
     Args:
-        x: numpy array or CPU torch tensor of float32, float64, float16 or bfloat16, any shape
-            and strides. float64 is rounded directly (no intermediate float32).
+        x: numpy array or torch tensor (CPU or CUDA) of float32, float64, float16 or bfloat16,
+            any shape and strides. float64 is rounded directly (no intermediate float32).  A
+            CUDA tensor is encoded on its own device by Triton kernels, with the same bits as
+            the CPU, without host synchronisation (docs/design.md "GPU codecs").
         fmt: a name from :func:`available_formats` (or a :class:`Format`).
         rounding: ``nearest_even``, ``nearest_away``, ``toward_zero``, ``up``, ``down``,
             ``stochastic`` (and ``hybrid`` for hif8, provisional); default: the format's own
@@ -101,10 +115,15 @@ def encode(
             False: the format's non-saturating conversion (overflow -> NaN for e4m3,
             Inf for e5m2 and hif8; directed modes follow IEEE 754 7.4); True: clamp overflow
             and +-Inf to +-max. MX elements always saturate.
-        seed: stochastic rounding only (required then): an int >= 0 or a numpy Generator.
-            Element ``i`` (flat C order) uses random bits that depend only on ``(seed, i)``.
+        seed: stochastic rounding only (required then): an int in [0, 2**64) or a numpy
+            Generator. Element ``i`` (flat C order; MX: in the axis-last layout) uses random
+            bits that depend only on ``(seed, offset + i)``, on either device.
         sr_bits: random bits per element for stochastic rounding, 1..32.
-        out: optional preallocated C-contiguous uint8 array of ``x.shape`` (float formats).
+        offset: the stochastic counter of the first element, an int in [0, 2**64): a tensor
+            quantized in chunks, each with its start index as ``offset``, equals the tensor
+            quantized at once.
+        out: optional preallocated C-contiguous uint8 array of ``x.shape`` (float formats): a
+            numpy array or a tensor on ``x``'s device; it may overlap ``x``.
         **kwargs: scaled formats only: MX ``axis``, ``block_size``, ``scale_mode``,
             ``nonfinite``; INT ``granularity``, ``axis``, ``block_size``, ``symmetric``,
             ``scale``, ``zero_point``, ``narrow``.
@@ -122,50 +141,66 @@ def encode(
         >>> lp.encode(np.array([1.0, 448.0, 500.0], np.float32), "e4m3")
         array([ 56, 126, 127], dtype=uint8)
     """
+    if A.is_torch(x):
+        from . import _torch_route  # noqa: F401  (first: loads every family, see _torch_route)
     f = get_format(fmt)
     kind = f.info.kind
     if kind == "float":
         _no_extra(kwargs, f.name, _FLOAT_ARGS)
-        return _float_codec(x, f, rounding, saturate, seed, sr_bits, out, False)
+        return _float_codec(x, f, rounding, saturate, seed, sr_bits, offset, out, False)
     if out is not None:
         raise TypeError(f"out= is not supported when encoding to the scaled format {f.name!r}")
     _scaled_kwargs(kwargs, f, False)
+    common = dict(rounding=rounding, seed=seed, sr_bits=sr_bits, saturate=saturate,
+                  offset=offset)
+    if A.is_torch(x):
+        from . import _torch_route as T
+
+        return (T.mx_codec if kind == "mx" else T.int_codec)(x, f, None, False, common, kwargs)
     if kind == "mx":
         from . import mx
 
-        return mx.encode(x, f, rounding=rounding, seed=seed, sr_bits=sr_bits,
-                         saturate=saturate, **kwargs)
+        return mx.encode(x, f, **common, **kwargs)
     from . import integer
 
-    return integer.encode(x, f, rounding=rounding, seed=seed, sr_bits=sr_bits,
-                          saturate=saturate, **kwargs)
+    return integer.encode(x, f, **common, **kwargs)
 
 
-def decode(codes: Any, fmt: str | Format | None = None, *, out: np.ndarray | None = None):
+def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None):
     """Decode codes to float32 values.
 
     Args:
-        codes: uint8 codes of a float format (numpy or torch), together with ``fmt``; or a
-            :class:`QuantizedArray` from :func:`encode` (then ``fmt`` may be omitted).
+        codes: uint8 codes of a float format (numpy, or a torch tensor on any device: decoded
+            there), together with ``fmt``; or a :class:`QuantizedArray` from :func:`encode`
+            (then ``fmt`` may be omitted).
         fmt: the format of plain codes.
-        out: optional preallocated float32 array (plain codes only).
+        out: optional preallocated float32 array (plain codes only; numpy or a tensor on the
+            codes' device; it may overlap ``codes``).
 
     Returns:
         float32 values of ``codes.shape``, exactly the values of the codes (NaN codes -> NaN).
 
     Raises:
         ValueError: unknown format; a scaled format given plain codes without scales;
-            codes/scales shapes that do not match.
+            a QuantizedArray whose scales, zero points or metadata are invalid (on CUDA the
+            scale values are not checked, which would synchronise: an invalid scale decodes
+            to NaN).
         TypeError: codes that are not uint8.
 
     Example:
         >>> lp.decode(np.array([0x38, 0x7F], np.uint8), "e4m3")
         array([ 1., nan], dtype=float32)
     """
+    if A.is_torch(codes.codes if isinstance(codes, QuantizedArray) else codes):
+        from . import _torch_route  # noqa: F401  (first: loads every family, see _torch_route)
     if isinstance(codes, QuantizedArray):
         f = get_format(codes.format)
         if fmt is not None and get_format(fmt) != f:
             raise ValueError(f"QuantizedArray holds {f.name!r} codes, not {get_format(fmt).name!r}")
+        if A.is_torch(codes.codes):
+            from . import _torch_route as T
+
+            return T.decode_quantized(codes, f)
         if f.info.kind == "mx":
             from . import mx
 
@@ -180,6 +215,10 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: np.ndarray | Non
         raise ValueError(
             f"{f.name!r} codes need their scales: pass the QuantizedArray returned by encode"
         )
+    if A.is_torch(codes):
+        from . import _torch_route as T
+
+        return T.float_decode(codes, f, out)
     arr, was_torch = A.codes_array(codes)
     if arr.dtype != np.uint8:
         raise TypeError(f"{f.name} codes must have dtype uint8, got {arr.dtype}")
@@ -199,31 +238,46 @@ def quantize(
     *,
     seed: int | np.random.Generator | None = None,
     sr_bits: int = SR_BITS_DEFAULT,
-    out: np.ndarray | None = None,
+    offset: int = 0,
+    out: Any = None,
     **kwargs: Any,
 ):
     """Fake-quantize: round ``x`` to values of ``fmt`` and return them as float32, in one pass.
 
     Equal to ``decode(encode(x, fmt, ...))`` for every input (tested), but fused: the float
     formats never materialise codes.  Arguments as :func:`encode`; ``out`` (float32, C-contiguous,
-    ``x.shape``) is accepted for every format.
+    ``x.shape``, numpy or a tensor on ``x``'s device) is accepted for every format.  CUDA
+    tensors are quantized on their device (Triton), bit-identical to the CPU, and under
+    ``torch.compile`` the call is one custom operator (``torch.ops.lowprec.*``).
+
+    Returns:
+        float32 values of ``x.shape`` (a tensor on ``x``'s device for torch input), or ``out``.
+
+    Raises:
+        as :func:`encode`.
 
     Example:
         >>> lp.quantize(np.array([0.1, 100.0], np.float32), "hif8")
         array([ 0.09375, 96.     ], dtype=float32)
     """
+    if A.is_torch(x):
+        from . import _torch_route  # noqa: F401  (first: loads every family, see _torch_route)
     f = get_format(fmt)
     kind = f.info.kind
     if kind == "float":
         _no_extra(kwargs, f.name, _FLOAT_ARGS)
-        return _float_codec(x, f, rounding, saturate, seed, sr_bits, out, True)
+        return _float_codec(x, f, rounding, saturate, seed, sr_bits, offset, out, True)
     _scaled_kwargs(kwargs, f, True)
+    common = dict(rounding=rounding, seed=seed, sr_bits=sr_bits, saturate=saturate,
+                  offset=offset)
+    if A.is_torch(x):
+        from . import _torch_route as T
+
+        return (T.mx_codec if kind == "mx" else T.int_codec)(x, f, out, True, common, kwargs)
     if kind == "mx":
         from . import mx
 
-        return mx.quantize(x, f, rounding=rounding, seed=seed, sr_bits=sr_bits,
-                           saturate=saturate, out=out, **kwargs)
+        return mx.quantize(x, f, out=out, **common, **kwargs)
     from . import integer
 
-    return integer.quantize(x, f, rounding=rounding, seed=seed, sr_bits=sr_bits,
-                            saturate=saturate, out=out, **kwargs)
+    return integer.quantize(x, f, out=out, **common, **kwargs)

@@ -1,0 +1,159 @@
+"""The device side of every codec: validated arguments in, Triton launches on the tensor's own
+device, tensors out.  The CUDA implementations of the custom ops (``lowprec.gpu.ops``) call
+these; the interpreter tests call them with CPU tensors (``TRITON_INTERPRET=1``).
+
+Each function does what its CPU counterpart does around the Numba kernel (contiguous flat input,
+the blocked axis moved last, scale arrays of the granularity's shape), with torch operations that
+stay on the device: no host synchronisation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..formats import integer as _int
+from ..formats import mx as _mx
+from ..formats.hif8 import HIF8_SPEC
+from ..formats.minifloat import SPECS
+
+FLOAT_SPECS = {"hif8": HIF8_SPEC, **SPECS}
+
+
+def float_codec(x: torch.Tensor, out: torch.Tensor, fmt: str, mode: int, saturate: bool,
+                seed: int, sr_bits: int, offset: int) -> None:
+    """Codes (uint8 ``out``) or values (float32 ``out``) of ``x`` into the contiguous ``out``
+    of ``x``'s shape (``api._float_codec`` + ``minifloat.run_kernel``)."""
+    from .minifloat import run_kernel
+
+    run_kernel(FLOAT_SPECS[fmt], x.contiguous().reshape(-1), out.view(-1), mode, saturate,
+               seed, sr_bits, offset)
+
+
+def float_decode(codes: torch.Tensor, out: torch.Tensor, fmt: str) -> None:
+    """``out = values[codes]`` (float formats) into the contiguous float32 ``out``."""
+    from ..formats.core import get_format
+    from .minifloat import lookup
+
+    lookup(codes.contiguous().reshape(-1).view(torch.uint8), get_format(fmt).values(),
+           out.view(-1))
+
+
+def _axis_last(x: torch.Tensor, ax: int) -> torch.Tensor:
+    xm = x.movedim(ax, -1).contiguous()
+    n = xm.shape[-1] if xm.dim() else 1
+    return xm.reshape(math.prod(xm.shape[:-1]), n)
+
+
+def _axis_back(t2: torch.Tensor, moved_shape, ax: int) -> torch.Tensor:
+    return t2.reshape(moved_shape).movedim(-1, ax).contiguous()
+
+
+def mx_codec(x: torch.Tensor, fmt: str, ax: int, block_size: int, smode: int, sat_inf: bool,
+             mode: int, seed: int, sr_bits: int, offset: int, want_value: bool):
+    """MX codes and scales (``want_value`` False) or float32 values of ``x`` along ``ax``
+    (``mx.encode`` / ``mx.quantize``)."""
+    from .mx import quantize_blocks
+
+    moved_shape = tuple(x.movedim(ax, -1).shape)
+    n = moved_shape[-1]
+    kk = _mx.block_len(block_size, n)
+    nb = -(-n // kk)
+    x2 = _axis_last(x, ax)
+    rows = x2.shape[0]
+    if want_value:
+        out = torch.empty((rows, n), dtype=torch.float32, device=x.device)
+        quantize_blocks(x2, fmt, kk, smode, sat_inf, mode, seed, sr_bits, offset, out=out)
+        return _axis_back(out, moved_shape, ax)
+    codes = torch.empty((rows, n), dtype=torch.uint8, device=x.device)
+    scales = torch.empty((rows, nb), dtype=torch.uint8, device=x.device)
+    quantize_blocks(x2, fmt, kk, smode, sat_inf, mode, seed, sr_bits, offset, codes=codes,
+                    scales=scales)
+    return (_axis_back(codes, moved_shape, ax),
+            _axis_back(scales, moved_shape[:-1] + (nb,), ax))
+
+
+def mx_decode(codes: torch.Tensor, scales: torch.Tensor, fmt: str, ax: int,
+              block_size: int) -> torch.Tensor:
+    """float32 values of MX codes and scales along ``ax`` (``mx.decode``)."""
+    from .mx import decode_blocks
+
+    moved_shape = tuple(codes.movedim(ax, -1).shape)
+    kk = _mx.block_len(block_size, moved_shape[-1])
+    c2 = _axis_last(codes, ax)
+    s2 = _axis_last(scales, ax)
+    out = torch.empty(c2.shape, dtype=torch.float32, device=codes.device)
+    decode_blocks(c2, s2, fmt, kk, out)
+    return _axis_back(out, moved_shape, ax)
+
+
+def int_layout(shape, fmt: str, granularity: str, axis, block_size, symmetric: bool, narrow):
+    """``(layout, qmin, qmax)`` of an integer codec (``integer._resolve``'s checks)."""
+    f = _int.get_format(fmt)
+    qmin, qmax = _int._qrange(f, bool(symmetric), narrow)
+    return _int._Layout(tuple(shape), granularity, axis, block_size), qmin, qmax
+
+
+def int_scales(flat: torch.Tensor, lay, fmt: str, symmetric: bool, qmin: int, qmax: int,
+               scale: torch.Tensor | None, zero_point: torch.Tensor | None):
+    """Flat float32 scales and int32 zero points (or None) on ``flat``'s device: explicit ones
+    (already broadcast to the scale shape) or from the data."""
+    s32 = None if scale is None else scale.reshape(-1).to(torch.float32).contiguous()
+    if symmetric:
+        if s32 is None:
+            s32, _ = _gpu_int().data_scales(flat, lay, True, fmt == "uint8", qmin, qmax)
+        return s32, None
+    if zero_point is not None:
+        return s32, zero_point.reshape(-1).to(torch.int32).contiguous()
+    return _gpu_int().data_scales(flat, lay, False, fmt == "uint8", qmin, qmax, s32)
+
+
+def _gpu_int():
+    from . import integer
+
+    return integer
+
+
+def int_codec(x: torch.Tensor, fmt: str, granularity: str, axis, block_size, symmetric: bool,
+              narrow, scale, zero_point, mode: int, seed: int, sr_bits: int, offset: int,
+              want_value: bool):
+    """INT codes + scales + zero points (``want_value`` False) or float32 values of ``x``
+    (``integer.encode`` / ``integer.quantize``).  ``scale``/``zero_point``: None or tensors on
+    ``x``'s device already broadcast to the granularity's scale shape."""
+    lay, qmin, qmax = int_layout(x.shape, fmt, granularity, axis, block_size, symmetric,
+                                 narrow)
+    flat = x.contiguous().reshape(-1)
+    s32, zp = int_scales(flat, lay, fmt, symmetric, qmin, qmax, scale, zero_point)
+    gi = _gpu_int()
+    if want_value:
+        out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+        gi.run_rows(flat, s32, zp, lay, out.view(-1), mode, seed, sr_bits, offset, qmin, qmax)
+        return out
+    codes = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
+    gi.run_rows(flat, s32, zp, lay, codes.view(-1), mode, seed, sr_bits, offset, qmin, qmax)
+    if fmt == "int8":
+        codes = codes.view(torch.int8)
+    scales = s32.reshape(lay.scale_shape)
+    zps = zp.reshape(lay.scale_shape) if zp is not None else None
+    return codes, scales, zps
+
+
+def int_decode(codes: torch.Tensor, scales: torch.Tensor, zps, lay, fmt: str) -> torch.Tensor:
+    """float32 ``(codes - z) * s`` with ``lay`` from ``integer.check_quantized``; ``scales`` /
+    ``zps`` broadcastable to its scale shape (or, for a granularity-less QuantizedArray, to the
+    codes)."""
+    from ..formats.integer import INT8_MAX, INT8_MIN, UINT8_MAX, UINT8_MIN
+
+    shape = tuple(codes.shape)
+    if lay.granularity is None:  # scales broadcast to the codes: one scale per element
+        lay = _int._Layout(shape, "per_tensor", None, None)
+        lay.Q, lay.bi, lay.si = max(1, math.prod(shape)), 1, 1
+        lay.scale_shape = shape
+    s = scales.to(torch.float32).expand(lay.scale_shape).contiguous().reshape(-1)
+    z = None if zps is None else zps.to(torch.int32).expand(lay.scale_shape).contiguous()
+    qmin, qmax = (INT8_MIN, INT8_MAX) if fmt == "int8" else (UINT8_MIN, UINT8_MAX)
+    out = torch.empty(shape, dtype=torch.float32, device=codes.device)
+    _gpu_int().run_decode(codes.contiguous().reshape(-1), s, None if z is None else
+                          z.reshape(-1), lay, out.view(-1), qmin, qmax)
+    return out

@@ -1,0 +1,221 @@
+#!/usr/bin/env python
+"""Compile every Triton kernel variant of ``lowprec.gpu`` ahead of time for sm_90 and scan the
+PTX for the instructions gpu.md section 4 forbids (no GPU needed).
+
+A variant is one combination of a kernel's ``tl.constexpr`` arguments that the launchers can
+produce: float codec x format x rounding mode x saturate x codes/values x input dtype; MX block
+kernel x element format x input dtype x mode x codes/values x tile shape; INT kernel x input
+dtype x mode x codes/values; the decode kernels.  Each is compiled with the launch options the
+launchers use (``enable_fp_fusion=False``, their ``num_warps``, 16-byte aligned pointers as the
+JIT specialises them), through PTX to a cubin (so that what the interpreter accepts but the
+compiler rejects fails here too).
+
+Forbidden in the PTX: approximate division (``div.full``, ``div.approx``), approximate
+transcendental and root instructions (``ex2.approx``, ``lg2.approx``, ``sqrt.approx``,
+``rsqrt``), any ``.ftz`` (flushed subnormals), ``satfinite`` conversions, any narrowing float
+conversion (``cvt`` to f16/bf16/e4m3/e5m2), and any ``fma`` (no kernel multiplies and adds in
+one rounding on the CPU).
+
+Usage::
+
+    python scripts/gpu_ptx_check.py                  # every variant, a summary line
+    python scripts/gpu_ptx_check.py --json out.json  # and a JSON report
+    python scripts/gpu_ptx_check.py --jobs 4 --limit 20
+    python scripts/gpu_ptx_check.py --ptx-only       # stop at PTX (skip ptxas; the tests)
+
+Must run without ``TRITON_INTERPRET`` (the tests call it in a subprocess).  Exit status 1 if a
+variant fails to compile or holds a forbidden instruction.  Works with Triton 3.6 and 3.7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+FORBIDDEN = re.compile(
+    r"div\.full|div\.approx|ex2\.approx|lg2\.approx|sqrt\.approx|rsqrt|\.ftz|satfinite|"
+    r"\bfma\.|cvt\.[a-z.]*\.(f16|bf16|e4m3|e5m2|f16x2|bf16x2)\.f(32|64)"
+)
+TARGET = ("cuda", 90, 32)
+_IN_TYPES = {0: "*fp32", 1: "*fp64", 2: "*i16"}
+
+
+def variants() -> list[tuple[str, dict]]:
+    """(kernel name, description) of every variant; the description is JSON-able."""
+    from lowprec.formats.core import Rounding
+
+    out = []
+    modes = [int(r) for r in Rounding if r != Rounding.HYBRID]
+    for fmt in ("hif8", "e4m3", "e5m2"):
+        for mode in modes + ([int(Rounding.HYBRID)] if fmt == "hif8" else []):
+            for kind in (0, 1, 2):
+                if mode == int(Rounding.HYBRID) and kind == 1:
+                    continue  # hybrid rounding of float64 input raises
+                for sat in (False, True):
+                    for want in (False, True):
+                        out.append(("codec", dict(fmt=fmt, mode=mode, kind=kind, sat=sat,
+                                                  want=want)))
+    out.append(("lookup", {}))
+    for fmt in ("mxfp8_e4m3", "mxfp8_e5m2"):
+        for kind in (0, 1, 2):
+            for mode in modes:
+                for want in (False, True):
+                    for kk in (32, 4096):  # the two tile shapes
+                        out.append(("mx", dict(fmt=fmt, kind=kind, mode=mode, want=want,
+                                               kk=kk)))
+    out.append(("mx_decode", {}))
+    for kind in (0, 1, 2):
+        for mode in modes:
+            for want in (False, True):
+                out.append(("int", dict(kind=kind, mode=mode, want=want)))
+    for signed in (False, True):
+        out.append(("int_decode", dict(signed=signed)))
+    return out
+
+
+def _compile(fn, sig: dict, constexprs: dict, num_warps: int) -> str:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = dict(sig)
+    for k in constexprs:
+        sig[k] = "constexpr"
+    # pointers 16-byte aligned, as the JIT specialises them for torch's allocations (the
+    # accesses are then vectorised); every integer argument is declared do_not_specialize
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]]
+             for k, t in sig.items() if t.startswith("*")}
+    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    k = triton.compile(src, target=GPUTarget(*TARGET),
+                       options={"enable_fp_fusion": False, "num_warps": num_warps})
+    return k.asm["ptx"]
+
+
+def compile_variant(item: tuple[str, dict]) -> dict:
+    """Compile one variant; returns its description with ``ok``, ``bad`` (forbidden lines),
+    ``error`` and ``seconds``."""
+    name, d = item
+    t0 = time.perf_counter()
+    res = dict(kernel=name, **d)
+    try:
+        ptx = _build(name, d)
+        bad = [ln.strip() for ln in ptx.splitlines() if FORBIDDEN.search(ln)]
+        res.update(ok=not bad, bad=bad[:5], lines=len(ptx.splitlines()))
+    except Exception as e:  # a compile error is a failure of the check, reported
+        res.update(ok=False, error=f"{type(e).__name__}: {str(e)[-400:]}")
+    res["seconds"] = round(time.perf_counter() - t0, 3)
+    return res
+
+
+def _build(name: str, d: dict) -> str:
+    from lowprec.formats.hif8 import HIF8_SPEC
+    from lowprec.formats.minifloat import SPECS
+    from lowprec.gpu import integer, minifloat, mx
+
+    i32 = "i32"
+    if name == "codec":
+        spec = {"hif8": HIF8_SPEC, **SPECS}[d["fmt"]]
+        C = minifloat.kernel_constexprs(spec, d["kind"] == 1, d["mode"], d["sat"], d["want"])
+        C.update(IN_KIND=d["kind"], BLOCK=minifloat._GPU_BLOCK)
+        sig = dict(x_ptr=_IN_TYPES[d["kind"]], out_ptr="*fp32" if d["want"] else "*u8",
+                   mtab_ptr="*i32", btab_ptr="*i32", n=i32, seed_lo=i32, seed_hi=i32,
+                   off_lo=i32, off_hi=i32, sr_bits=i32, bf16=i32)
+        return _compile(minifloat._codec_kernel, sig, C, minifloat._NUM_WARPS)
+    if name == "lookup":
+        sig = dict(codes_ptr="*u8", table_ptr="*fp32", out_ptr="*fp32", n=i32)
+        return _compile(minifloat._lookup_kernel, sig, dict(BLOCK=minifloat._GPU_BLOCK), 4)
+    if name == "mx":
+        C = mx.block_constexprs(d["fmt"], d["kind"] == 1, d["mode"], d["want"], d["kk"])
+        C["IN_KIND"] = d["kind"]
+        sig = dict(x_ptr=_IN_TYPES[d["kind"]], codes_ptr="*u8", scales_ptr="*u8",
+                   out_ptr="*fp32", mtab_ptr="*i32", btab_ptr="*i32", vtab_ptr="*fp32",
+                   rows=i32, n=i32, nb=i32, kk=i32, seed_lo=i32, seed_hi=i32, off_lo=i32,
+                   off_hi=i32, sr_bits=i32, smode=i32, sat_inf=i32, bf16=i32)
+        return _compile(mx._block_kernel, sig, C, 4)
+    if name == "mx_decode":
+        sig = dict(codes_ptr="*u8", scales_ptr="*u8", vtab_ptr="*fp32", out_ptr="*fp32",
+                   total=i32, n=i32, nb=i32, kk=i32)
+        return _compile(mx._decode_blocks, sig, dict(BLOCK=4096), 8)
+    lay = dict(n=i32, k0_lo=i32, k0_hi=i32, L=i32, Q=i32, bm=i32, sm=i32, so=i32, bi=i32,
+               si=i32, qmin=i32, qmax=i32)
+    if name == "int":
+        sig = dict(x_ptr=_IN_TYPES[d["kind"]], scale_ptr="*fp32", zp_ptr="*i32",
+                   out_ptr="*fp32" if d["want"] else "*u8", **lay, seed_lo=i32, seed_hi=i32,
+                   off_lo=i32, off_hi=i32, sr_bits=i32, one_group=i32, has_zp=i32, bf16=i32)
+        C = dict(IN_KIND=d["kind"], MODE=d["mode"], WANT_VALUE=d["want"], BLOCK=2048)
+        return _compile(integer._rows, sig, C, 8)
+    sig = dict(codes_ptr="*u8", scale_ptr="*fp32", zp_ptr="*i32", out_ptr="*fp32", **lay,
+               one_group=i32, has_zp=i32)
+    return _compile(integer._decode_kernel, sig, dict(SIGNED=d["signed"], BLOCK=4096), 8)
+
+
+def _ptx_only() -> None:
+    """Stop each compilation at PTX: the cubin stage (ptxas, about a quarter of the time) returns
+    nothing.  Used with a throw-away Triton cache, so no empty cubin is ever cached for real."""
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    CUDABackend.make_cubin = lambda self, src, metadata, opt, capability: b""
+
+
+def run(jobs: int | None = None, limit: int | None = None, ptx_only: bool = False) -> dict:
+    """Compile every variant (``jobs`` processes); returns the JSON-able report."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise SystemExit("unset TRITON_INTERPRET: interpreted kernels cannot be compiled")
+    import tempfile
+
+    import triton
+
+    items = variants()[:limit]
+    t0 = time.perf_counter()
+    jobs = jobs or os.cpu_count() or 1
+    tmp = None
+    if ptx_only:
+        tmp = tempfile.TemporaryDirectory(prefix="lowprec-ptx-")
+        os.environ["TRITON_CACHE_DIR"] = tmp.name
+        _ptx_only()
+    try:
+        if jobs > 1:
+            with ProcessPoolExecutor(jobs, initializer=_ptx_only if ptx_only else None) as ex:
+                results = list(ex.map(compile_variant, items, chunksize=4))
+        else:
+            results = [compile_variant(it) for it in items]
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    bad = [r for r in results if not r["ok"]]
+    by_kernel: dict = {}
+    for r in results:
+        by_kernel[r["kernel"]] = by_kernel.get(r["kernel"], 0) + 1
+    return dict(triton=triton.__version__, target=list(TARGET), ptx_only=ptx_only,
+                variants=len(results),
+                per_kernel=by_kernel, failures=bad, seconds=round(time.perf_counter() - t0, 1),
+                compile_seconds=round(sum(r["seconds"] for r in results), 1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=None, help="processes (default: all cores)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N variants")
+    ap.add_argument("--json", default=None, help="write the report to this file")
+    ap.add_argument("--ptx-only", action="store_true", help="stop at PTX (skip ptxas)")
+    a = ap.parse_args(argv)
+    rep = run(a.jobs, a.limit, a.ptx_only)
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(rep, fh, indent=1)
+    print(f"triton {rep['triton']} sm_{TARGET[1]}: {rep['variants']} variants "
+          f"{rep['per_kernel']}, {len(rep['failures'])} failing, {rep['seconds']} s")
+    for r in rep["failures"][:10]:
+        print("  FAIL", {k: v for k, v in r.items() if k not in ("seconds",)})
+    return 1 if rep["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
