@@ -254,6 +254,11 @@ def sweep_stochastic(rep, formats, log2, dev):
 
     total = 1 << log2
     n = min(CHUNK, total)
+    # 16 * i + (i mod 16): every exponent and sign, varied low bits; made once, on both sides
+    i = np.arange(total, dtype=np.uint64)
+    bits_all = ((i << np.uint64(4)) | (i & np.uint64(15))).astype(np.uint32)
+    del i
+    xg_all = torch.from_numpy(bits_all.view(np.int32)).to(dev).view(torch.float32)
     pin8, pin32, codes, vals = _pinned(n, dev)
     sr = int(lp.Rounding.STOCHASTIC)
     for fmt in formats:
@@ -264,10 +269,8 @@ def sweep_stochastic(rep, formats, log2, dev):
                 bc = torch.zeros((), dtype=torch.int64, device=dev)
                 bv = torch.zeros((), dtype=torch.int64, device=dev)
                 for start in range(0, total, n):
-                    i = np.arange(start, start + n, dtype=np.uint64)
-                    # 16 * i + (i mod 16): every exponent and sign, varied low bits
-                    bits = ((i << np.uint64(4)) | (i & np.uint64(15))).astype(np.uint32)
-                    xg = torch.from_numpy(bits.view(np.int32)).to(dev).view(torch.float32)
+                    bits = bits_all[start:start + n]
+                    xg = xg_all[start:start + n]
                     kw = dict(seed=seed, sr_bits=k, offset=start)
                     gc = lp.encode(xg, fmt, "stochastic", sat, **kw)
                     gv = lp.quantize(xg, fmt, "stochastic", sat, **kw)
@@ -283,41 +286,51 @@ def sweep_stochastic(rep, formats, log2, dev):
 
 
 def sweep_inputs(rep, formats, quick, dev):
+    """float16 and bfloat16: every pattern, every mode and saturation; float64: edges and
+    random 53-bit values, every mode non-saturating and the format's own mode saturating (the
+    CPU reference of each float64 combination is one more Numba compilation)."""
     import gpu_cases as C
     import torch
 
     import lowprec as lp
+    from lowprec.formats import _arrays as A
 
     h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    nlog = 10 if dev == "cpu" else (18 if quick else 22)
-    f64 = np.concatenate([C.edge_bits64(f).view(np.float64) for f in formats]
-                         + [C.random_float64(1 << nlog, 7, f) for f in formats])
+    nlog = 10 if dev == "cpu" else (16 if quick else 20)
     if dev == "cpu":
         h = h[::64]
+    own = {"hif8": "nearest_away", "e4m3": "nearest_even", "e5m2": "nearest_even"}
     for fmt in formats:
+        f64 = np.concatenate([C.edge_bits64(fmt).view(np.float64),
+                              C.random_float64(1 << nlog, 7, fmt)])
+        b64 = A.float_bits(f64)
+        f64g = torch.from_numpy(f64).to(dev)
         for mode in C.modes(fmt):
+            m = int(lp.Rounding[mode.upper()])
             for sat in (False, True):
                 t0 = time.perf_counter()
                 bad = total = 0
-                for name in ("float16", "bfloat16", "float64"):
-                    if name == "float64":
-                        if mode == "hybrid":
-                            continue
-                        xc, xg = f64, torch.from_numpy(f64).to(dev)
-                    else:
-                        tdt = getattr(torch, name)
-                        xt = torch.from_numpy(h.view(np.int16)).view(tdt)
-                        xc, xg = _np_of(xt), xt.to(dev)
-                    kw = dict(seed=99, offset=5) if mode == "stochastic" else {}
-                    wc = lp.encode(xc, fmt, mode, sat, **kw)
-                    wv = lp.quantize(xc, fmt, mode, sat, **kw)
-                    gc = lp.encode(xg, fmt, mode, sat, **kw).cpu()
-                    gv = lp.quantize(xg, fmt, mode, sat, **kw).cpu()
-                    bad += C.count_code_mismatches(gc.numpy(), np.asarray(wc))
-                    bad += C.count_value_mismatches(gv.numpy(), np.asarray(wv))
-                    total += 2 * xc.shape[0]
-                rep.add("inputs", f"{fmt} {mode} {'sat' if sat else 'nonsat'} f16+bf16+f64",
-                        bad, total, time.perf_counter() - t0)
+                kw = dict(seed=99, offset=5) if mode == "stochastic" else {}
+                for name in ("float16", "bfloat16"):
+                    xt = torch.from_numpy(h.view(np.int16)).view(getattr(torch, name))
+                    xc = _np_of(xt)
+                    gc = lp.encode(xt.to(dev), fmt, mode, sat, **kw).cpu().numpy()
+                    gv = lp.quantize(xt.to(dev), fmt, mode, sat, **kw).cpu().numpy()
+                    bad += C.count_code_mismatches(gc, lp.encode(xc, fmt, mode, sat, **kw))
+                    bad += C.count_value_mismatches(gv, lp.quantize(xc, fmt, mode, sat, **kw))
+                    total += 2 * h.size
+                if mode != "hybrid" and (not sat or mode == own[fmt]):
+                    wc = np.empty(f64.size, np.uint8)
+                    wv = np.empty(f64.size, np.float32)
+                    cpu_float(fmt, b64, wc, m, sat, 99, 32, 5)
+                    cpu_float(fmt, b64, wv, m, sat, 99, 32, 5)
+                    gc = lp.encode(f64g, fmt, mode, sat, **kw).cpu().numpy()
+                    gv = lp.quantize(f64g, fmt, mode, sat, **kw).cpu().numpy()
+                    bad += C.count_code_mismatches(gc, wc) + C.count_value_mismatches(gv, wv)
+                    total += 2 * f64.size
+                rep.add("inputs", f"{fmt} {mode} {'sat' if sat else 'nonsat'} f16+bf16"
+                        + ("+f64" if total > 4 * h.size else ""), bad, total,
+                        time.perf_counter() - t0)
 
 
 def _mx_cpu(x, fmt, kw, want_value):
@@ -346,7 +359,7 @@ def sweep_mx(rep, quick, dev):
 
     import lowprec as lp
 
-    rows, n = (32, 256) if dev == "cpu" else ((512, 1024) if quick else (4096, 4096))
+    rows, n = (32, 256) if dev == "cpu" else ((512, 1024) if quick else (2048, 4096))
     x = C.mx_blocks(rows, n, 21)
     xg = torch.from_numpy(x).to(dev)
     for fmt in ("mxfp8_e4m3", "mxfp8_e5m2"):
@@ -392,17 +405,18 @@ def sweep_int(rep, quick, dev):
 
     import lowprec as lp
 
-    shape = (4, 8, 64) if dev == "cpu" else ((64, 64, 1024) if quick else (256, 64, 1024))
+    shape = (4, 8, 64) if dev == "cpu" else ((16, 64, 1024) if quick else (64, 64, 1024))
     x = C.int_inputs(shape, 31)
     xg = torch.from_numpy(x).to(dev)
     grans = [("per_tensor", {}), ("per_channel", {"axis": 1}), ("per_channel", {"axis": 2}),
              ("per_token", {}), ("per_block", {"axis": -1, "block_size": 96}),
              ("per_block", {"axis": 0, "block_size": 7})]
     for fmt in ("int8", "uint8"):
-        for g, gkw in grans:
+        for gi, (g, gkw) in enumerate(grans):
             for sym in (True, False):
-                for mode in ("nearest_even", "nearest_away", "toward_zero", "up", "down",
-                             "stochastic"):
+                modes = (DET + ("stochastic",)) if gi == 0 else ("nearest_even", "down",
+                                                                  "stochastic")
+                for mode in modes:
                     t0 = time.perf_counter()
                     kw = dict(granularity=g, symmetric=sym, rounding=mode, seed=4,
                               sr_bits=32, **gkw)
@@ -523,19 +537,23 @@ def main(argv=None):
             "inputs": lambda: sweep_inputs(rep, formats, a.quick, dev),
             "mx": lambda: sweep_mx(rep, a.quick, dev),
             "int": lambda: sweep_int(rep, a.quick, dev)}
-    for s in sections:
-        runs[s]()
-    summ = rep.summary()
-    summ_ = dict(summ, device=torch.cuda.get_device_name() if dev != "cpu" else "cpu",
-                 torch=torch.__version__, quick=a.quick, all32_log2=log32, sr_log2=logsr)
     import triton
 
-    summ_["triton"] = triton.__version__
     path = a.json or (os.path.join(os.environ["OUT"], "gpu_exhaustive.json")
                       if os.environ.get("OUT") else None)
-    if path:
-        with open(path, "w") as fh:
-            json.dump(summ_, fh, indent=1)
+
+    def save():
+        summ_ = dict(rep.summary(), device=torch.cuda.get_device_name() if dev != "cpu"
+                     else "cpu", torch=torch.__version__, triton=triton.__version__,
+                     quick=a.quick, all32_log2=log32, sr_log2=logsr, sections=sections)
+        if path:
+            with open(path, "w") as fh:
+                json.dump(summ_, fh, indent=1)
+
+    for s in sections:
+        runs[s]()
+        save()  # after each section: a run cut short still reports what it finished
+    summ = rep.summary()
     print(f"TOTAL: {summ['mismatches']} mismatches in {summ['comparisons']} comparisons, "
           f"{summ['elements']} elements, {summ['seconds']} s")
     return 1 if summ["mismatches"] else 0
