@@ -39,7 +39,7 @@ import triton.language as tl
 from ..formats.minifloat import _FAST_MODES, codec_constants
 from ._bits import IN_16, IN_F32, IN_F64, float_bits32
 from .hif8 import _code_of_bits32
-from .rounding import HYBRID, RNA, SR, round_up, sr_draw, sr_round_up
+from .rounding import HYBRID, RNA, SR, round_up, sr_draw, sr_draw32, sr_round_up, sr_round_up32
 
 SIGN = tl.constexpr(0x80)
 F32_SIGN = tl.constexpr(0x80000000)
@@ -67,7 +67,7 @@ def one(u, seed, idx, sr_bits, mtab_ptr, btab_ptr,
     Lane width: float64 input works in int64 like the Numba kernel; float32 input in int32
     (its significand has 24 bits), with the shift clamp ``sc <= 30`` instead of 62: a larger
     shift leaves ``n = 0`` and ``rem = sig < 2**24 < half`` either way, so every decision is the
-    same.  The stochastic decision always runs in int64 (``sr_round_up``).
+    same; its stochastic decision is ``sr_round_up32``, the 32-bit form of ``sr_round_up``.
     """
     neg = (u >> SSH) != 0
     if FB > 31:
@@ -101,8 +101,10 @@ def one(u, seed, idx, sr_bits, mtab_ptr, btab_ptr,
         up = tl.where(((e >= 4) | (e <= -4)) & (e >= E_LO), up_h, up_a)
     else:
         if MODE == SR:
-            sr_up = sr_round_up(rem.to(tl.int64), s.to(tl.int64), sr_draw(seed, idx, sr_bits),
-                                sr_bits)
+            if FB > 31:
+                sr_up = sr_round_up(rem, s, sr_draw(seed, idx, sr_bits), sr_bits)
+            else:  # float32 significands: the 32-bit form of the same decision
+                sr_up = sr_round_up32(rem, s, sr_draw32(seed, idx, sr_bits), sr_bits)
         else:
             sr_up = rem != rem
         # ties-to-even looks at the parity of the lower neighbour's code; in a binade without

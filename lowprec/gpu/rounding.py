@@ -80,6 +80,28 @@ def sr_round_up(rem, s, rnd, sr_bits):
 
 
 @triton.jit
+def sr_draw32(seed, i, sr_bits):
+    """:func:`sr_draw` as uint32 (``sr_bits <= 32``): the top bits of the hash's high word."""
+    hi = (sr_hash(seed, i) >> 32).to(tl.uint32)
+    return hi >> (32 - sr_bits).to(tl.uint32)
+
+
+@triton.jit
+def sr_round_up32(rem, s, rnd, sr_bits):
+    """:func:`sr_round_up` in 32-bit lanes, for float32 significands (``rem < 2**24``, int32;
+    ``rnd``: uint32 from :func:`sr_draw32`).  ``floor(rem * 2**k / 2**s)`` fits in uint32 for
+    every ``k <= 32`` (it is below ``2**k``), and ``t + rnd >= 2**k`` is tested as
+    ``t >= 1 and t - 1 >= (2**k - 1) - rnd`` so that no sum leaves 32 bits.  The same decision
+    as the int64 form on every input (tested)."""
+    sh = s - sr_bits
+    t_dn = tl.where(sh < 24, rem >> tl.minimum(tl.maximum(sh, 0), 31), 0).to(tl.uint32)
+    t_up = rem.to(tl.uint32) << tl.minimum(tl.maximum(-sh, 0), 31).to(tl.uint32)
+    t = tl.where(sh >= 0, t_dn, t_up)
+    mask = tl.full(t.shape, 0xFFFFFFFF, tl.uint32) >> (32 - sr_bits).to(tl.uint32)
+    return (t != 0) & ((t - 1) >= (mask - rnd))
+
+
+@triton.jit
 def round_to_int(y, MODE: tl.constexpr, seed, idx, sr_bits):
     """Round a finite float64 ``y`` to an integer (returned as float64) under ``MODE``
     (``rounding.round_to_int``), from the exact bits of ``y``: no ``floor(y + 0.5)``.
