@@ -210,7 +210,7 @@ def _first_bad_codes(bits, got, want):
 # sections
 
 
-def sweep_all32(rep, formats, log2, dev):
+def sweep_all32(rep, formats, log2, dev, modes=None):
     import torch
 
     import lowprec as lp
@@ -221,6 +221,8 @@ def sweep_all32(rep, formats, log2, dev):
     pin8, pin32, codes, vals = _pinned(n, dev)
     for fmt in formats:
         for mode in _modes(fmt):
+            if modes and mode not in modes:
+                continue
             m = int(lp.Rounding[mode.upper()])
             for sat in (False, True):
                 t0 = time.perf_counter()
@@ -501,6 +503,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sections", default="all32,stochastic,inputs,mx,int")
     ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--modes", default=None, help="all32: only these modes (comma-separated)")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     ap.add_argument("--all32-log2", type=int, default=None,
                     help="patterns of the all32 section: 2**N from 0 (default 32; 28 quick)")
@@ -532,7 +535,8 @@ def main(argv=None):
     rep = Report()
     if a.warm and dev != "cpu":
         warm(sections, formats, a.warm, dev)
-    runs = {"all32": lambda: sweep_all32(rep, formats, log32, dev),
+    modes = a.modes.split(",") if a.modes else None
+    runs = {"all32": lambda: sweep_all32(rep, formats, log32, dev, modes),
             "stochastic": lambda: sweep_stochastic(rep, formats, logsr, dev),
             "inputs": lambda: sweep_inputs(rep, formats, a.quick, dev),
             "mx": lambda: sweep_mx(rep, a.quick, dev),

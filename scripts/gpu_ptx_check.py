@@ -148,11 +148,12 @@ def _build(name: str, d: dict) -> str:
     if name == "int":
         sig = dict(x_ptr=_IN_TYPES[d["kind"]], scale_ptr="*fp32", zp_ptr="*i32",
                    out_ptr="*fp32" if d["want"] else "*u8", **lay, seed_lo=i32, seed_hi=i32,
-                   off_lo=i32, off_hi=i32, sr_bits=i32, one_group=i32, has_zp=i32, bf16=i32)
+                   off_lo=i32, off_hi=i32, sr_bits=i32, one_group=i32, small=i32, has_zp=i32,
+                   bf16=i32)
         C = dict(IN_KIND=d["kind"], MODE=d["mode"], WANT_VALUE=d["want"], BLOCK=2048)
         return _compile(integer._rows, sig, C, 8)
     sig = dict(codes_ptr="*u8", scale_ptr="*fp32", zp_ptr="*i32", out_ptr="*fp32", **lay,
-               one_group=i32, has_zp=i32)
+               one_group=i32, small=i32, has_zp=i32)
     return _compile(integer._decode_kernel, sig, dict(SIGNED=d["signed"], BLOCK=4096), 8)
 
 

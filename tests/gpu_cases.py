@@ -59,7 +59,8 @@ def edge_bits64(fmt: str) -> np.ndarray:
     neighbours as float64), both signs, plus float64 specials."""
     v = edge_values(fmt)
     b = _neighbours(v.view(np.uint64), 64, 2)
-    b32 = edge_bits32(fmt).view(np.float32).astype(np.float64).view(np.uint64)
+    with np.errstate(invalid="ignore"):  # NaN payloads
+        b32 = edge_bits32(fmt).view(np.float32).astype(np.float64).view(np.uint64)
     specials = np.array([0, 1, 0xFFFFFFFFFFFFF, 0x10000000000000, 0x7FEFFFFFFFFFFFFF,
                          0x7FF0000000000000, 0x7FF0000000000001, 0x7FF8000000000000],
                         dtype=np.uint64)

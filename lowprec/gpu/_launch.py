@@ -49,7 +49,7 @@ def table(arr: np.ndarray, device: torch.device, dtype=None) -> torch.Tensor:
     key = (id(arr), str(device), str(dtype))
     t = _TABLES.get(key)
     if t is None:
-        t = torch.from_numpy(np.ascontiguousarray(arr))
+        t = torch.from_numpy(np.array(arr, copy=True))  # (the tables are read-only arrays)
         if dtype is not None:
             t = t.to(dtype)
         t = host_to_device(t, device)

@@ -50,11 +50,20 @@ def _quantize_one(v, s, z, qmin, qmax, MODE: tl.constexpr, seed, idx, sr_bits):
 
 
 @triton.jit
-def _scale_index(k, one_group, L, Q, bm, sm, so, bi, si):
+def _scale_index(k, one_group, small, L, Q, bm, sm, so, bi, si):
     """Scale index of flat element ``k`` (int64): ``o * so + (m // bm) * sm + (i // bi) * si``
-    for ``k = (o * L + m) * Q + i`` (``integer._Layout``); 0 for a single group."""
+    for ``k = (o * L + m) * Q + i`` (``integer._Layout``); 0 for a single group.  ``small``:
+    every index of the tensor fits in int32, and the divisions run in 32 bits (64-bit integer
+    division is emulated and several times slower)."""
     if one_group != 0:
         j = tl.zeros_like(k)
+    elif small != 0:  # (names of their own: both branches of a Triton `if` must agree)
+        k32 = k.to(tl.int32)
+        r32 = k32 // Q
+        o32 = r32 // L
+        m32 = r32 - o32 * L
+        i32 = k32 - r32 * Q
+        j = (o32 * so + (m32 // bm) * sm + (i32 // bi) * si).to(tl.int64)
     else:
         row = k // Q
         o = row // L
@@ -66,9 +75,9 @@ def _scale_index(k, one_group, L, Q, bm, sm, so, bi, si):
 
 @triton.jit(do_not_specialize=["n", "k0_lo", "k0_hi", "L", "Q", "bm", "sm", "so", "bi", "si",
                                "qmin", "qmax", "seed_lo", "seed_hi", "off_lo", "off_hi",
-                               "sr_bits", "one_group", "has_zp", "bf16"])
+                               "sr_bits", "one_group", "small", "has_zp", "bf16"])
 def _rows(x_ptr, scale_ptr, zp_ptr, out_ptr, n, k0_lo, k0_hi, L, Q, bm, sm, so, bi, si, qmin,
-          qmax, seed_lo, seed_hi, off_lo, off_hi, sr_bits, one_group, has_zp, bf16,
+          qmax, seed_lo, seed_hi, off_lo, off_hi, sr_bits, one_group, small, has_zp, bf16,
           IN_KIND: tl.constexpr, MODE: tl.constexpr, WANT_VALUE: tl.constexpr,
           BLOCK: tl.constexpr):
     """Codes (uint8 two's complement bits) or float32 values of elements ``k0 .. k0 + n - 1``
@@ -89,7 +98,7 @@ def _rows(x_ptr, scale_ptr, zp_ptr, out_ptr, n, k0_lo, k0_hi, L, Q, bm, sm, so, 
         v = float_bits32(x, IN_KIND, bf16).to(tl.float32, bitcast=True).to(tl.float64)
     k0 = (k0_hi.to(tl.int64) << 32) | k0_lo.to(tl.uint32).to(tl.int64)
     k = k0 + t.to(tl.int64)
-    j = _scale_index(k, one_group, L, Q, bm, sm, so, bi, si)
+    j = _scale_index(k, one_group, small, L, Q, bm, sm, so, bi, si)
     s32 = tl.load(scale_ptr + j, mask=mask, other=1.0)
     s = s32.to(tl.float64)
     zi = tl.load(zp_ptr + j, mask=mask & (has_zp != 0), other=0)
@@ -115,9 +124,9 @@ def _rows(x_ptr, scale_ptr, zp_ptr, out_ptr, n, k0_lo, k0_hi, L, Q, bm, sm, so, 
 
 
 @triton.jit(do_not_specialize=["n", "k0_lo", "k0_hi", "L", "Q", "bm", "sm", "so", "bi", "si",
-                               "qmin", "qmax", "one_group", "has_zp"])
+                               "qmin", "qmax", "one_group", "small", "has_zp"])
 def _decode_kernel(codes_ptr, scale_ptr, zp_ptr, out_ptr, n, k0_lo, k0_hi, L, Q, bm, sm, so,
-                   bi, si, qmin, qmax, one_group, has_zp, SIGNED: tl.constexpr,
+                   bi, si, qmin, qmax, one_group, small, has_zp, SIGNED: tl.constexpr,
                    BLOCK: tl.constexpr):
     """``float32(code - z) * s`` (``integer.decode``); NaN where the scale is not finite and
     positive or the zero point lies outside ``[qmin, qmax]``."""
@@ -131,7 +140,7 @@ def _decode_kernel(codes_ptr, scale_ptr, zp_ptr, out_ptr, n, k0_lo, k0_hi, L, Q,
         cv = c.to(tl.uint8, bitcast=True).to(tl.float32)
     k0 = (k0_hi.to(tl.int64) << 32) | k0_lo.to(tl.uint32).to(tl.int64)
     k = k0 + t.to(tl.int64)
-    j = _scale_index(k, one_group, L, Q, bm, sm, so, bi, si)
+    j = _scale_index(k, one_group, small, L, Q, bm, sm, so, bi, si)
     s = tl.load(scale_ptr + j, mask=mask, other=1.0)
     zi = tl.load(zp_ptr + j, mask=mask & (has_zp != 0), other=0)
     cv = cv - zi.to(tl.float32)  # exact: small integers
@@ -210,6 +219,13 @@ def data_scales(flat, lay, symmetric: bool, uint8: bool, qmin: int, qmax: int, s
     return s32, torch.clamp(zf, qmin, qmax).to(torch.int32)
 
 
+def _small(n: int, lay) -> int:
+    """1 if every element index and layout value fits in int32 (``_scale_index``)."""
+    vals = (n, lay.L, lay.Q, lay.bm, lay.sm, lay.so, lay.bi, lay.si,
+            math.prod(lay.scale_shape))
+    return int(max(vals) < 2**31 - 1)
+
+
 def run_rows(flat, scales, zps, lay, out, mode: int, seed: int, sr_bits: int, offset: int,
              qmin: int, qmax: int) -> None:
     """Codes (uint8 ``out``) or values (float32 ``out``) of the flat input on its device."""
@@ -233,7 +249,8 @@ def run_rows(flat, scales, zps, lay, out, mode: int, seed: int, sr_bits: int, of
             _rows[(triton.cdiv(s1 - s0, B),)](
                 xr[s0:s1], scales, zp, out[s0:s1], s1 - s0, klo, khi, lay.L, lay.Q, lay.bm,
                 lay.sm, lay.so, lay.bi, lay.si, qmin, qmax, slo, shi, olo, ohi, int(sr_bits),
-                int(one_group), int(zps is not None), bf16, IN_KIND=kind, MODE=int(mode),
+                int(one_group), _small(n, lay), int(zps is not None), bf16, IN_KIND=kind,
+                MODE=int(mode),
                 WANT_VALUE=out.dtype == torch.float32, BLOCK=B, num_warps=8, **LAUNCH_OPTS)
 
 
@@ -255,5 +272,6 @@ def run_decode(codes, scales, zps, lay, out, qmin: int, qmax: int) -> None:
             _decode_kernel[(triton.cdiv(s1 - s0, B),)](
                 codes[s0:s1].view(torch.uint8), scales, zp, out[s0:s1], s1 - s0, klo, khi,
                 lay.L, lay.Q, lay.bm, lay.sm, lay.so, lay.bi, lay.si, qmin, qmax,
-                int(one_group), int(zps is not None), SIGNED=codes.dtype == torch.int8,
+                int(one_group), _small(n, lay), int(zps is not None),
+                SIGNED=codes.dtype == torch.int8,
                 BLOCK=B, num_warps=8, **LAUNCH_OPTS)

@@ -124,7 +124,8 @@ def _encode_tile(x, e, bad, seed, idx, sr_bits, bf16, mtab_ptr, btab_ptr, vtab_p
         y = _scaled_bits32(u, e)
     if PATH == 0:
         code = one(y, seed, idx, sr_bits, mtab_ptr, btab_ptr, FB, BIAS_IN, SSH, ABS_MASK,
-                   INF_BITS, E_LO, EMAX, FRACMAX, UNIFORM, M_U, Q_LO, NEG_ZERO, NAN_CODE,
+                   INF_BITS, E_LO, EMAX, FRACMAX, UNIFORM, M_U, Q_LO, M_MAX, T0, T1, T2,
+                   NEG_ZERO, NAN_CODE,
                    NAN_SIGNED, MAX_CODE, OVF_CODE, MODE, True, OVF_MAX_POS, OVF_MAX_NEG,
                    MAXBITS, INF_BITS32, NAN_BITS32, LOSCALE_BITS, False)
     elif PATH == 1:
