@@ -36,8 +36,9 @@ def test_float_chunks_equal_whole(fmt, kind):
     whole = lp.quantize(xx, fmt, **SR)
     codes = lp.encode(xx, fmt, **SR)
     for cuts in ([0, 1, 333, 1000], [0, 500, 1000], [0, 999, 1000]):
-        parts = [lp.quantize(xx[a:b], fmt, offset=a, **SR) for a, b in zip(cuts, cuts[1:])]
-        cparts = [lp.encode(xx[a:b], fmt, offset=a, **SR) for a, b in zip(cuts, cuts[1:])]
+        spans = list(zip(cuts[:-1], cuts[1:], strict=True))
+        parts = [lp.quantize(xx[a:b], fmt, offset=a, **SR) for a, b in spans]
+        cparts = [lp.encode(xx[a:b], fmt, offset=a, **SR) for a, b in spans]
         cat = torch.cat if kind == "torch" else np.concatenate
         same(cat(parts), whole)
         same(cat(cparts), codes)

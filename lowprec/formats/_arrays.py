@@ -1,5 +1,6 @@
 """Input/output plumbing shared by every codec: numpy and CPU torch inputs, dtype checks, the
-flat contiguous views the kernels take, and ``out=`` validation."""
+flat contiguous views the kernels take, and ``out=`` validation (the codecs send torch tensors
+to ``_torch_route`` first; the attention kernels use :func:`to_numpy` directly)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def to_numpy(x, what: str = "x"):
         torch = _torch()
         if x.device.type != "cpu":
             raise ValueError(
-                f"{what} is a torch tensor on {x.device}; lowprec codecs run on the CPU: "
-                "pass x.cpu()"
+                f"{what} is a torch tensor on {x.device}; this function runs on the CPU "
+                f"(the codecs take CUDA tensors, the attention kernels do not yet): pass "
+                f"{what}.cpu()"
             )
         t = x.detach()
         if t.dtype == torch.bfloat16:

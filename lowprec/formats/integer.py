@@ -521,8 +521,8 @@ def encode(x: Any, f: Format, *, rounding: str | Rounding | None = None,
     scales are computed and the float64-quotient convention.
 
     Args:
-        x: numpy array or CPU torch tensor of float32, float64, float16 or bfloat16, any shape
-            and strides.
+        x: numpy array or torch tensor (CPU or CUDA) of float32, float64, float16 or
+            bfloat16, any shape and strides.
         f: the ``int8`` or ``uint8`` :class:`Format` (or its name).
         rounding: any :class:`Rounding` except ``hybrid``; default ``nearest_even``.
         seed: stochastic rounding only (required then): int >= 0 or numpy Generator; element

@@ -242,7 +242,7 @@ def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=SR_BITS_DEFAULT, s
     """Encode ``x`` to MXFP8 blocks along ``axis``.
 
     Args:
-        x: float32/float64/float16/bfloat16 numpy array or CPU torch tensor (>= 1-d).
+        x: float32/float64/float16/bfloat16 numpy array or torch tensor (CPU or CUDA; >= 1-d).
         f: ``mxfp8_e4m3`` or ``mxfp8_e5m2``.
         rounding: element rounding (default ``nearest_even``, OCP); every mode but ``hybrid``.
         seed, sr_bits: stochastic rounding (counter = ``offset`` + flat index in the axis-last

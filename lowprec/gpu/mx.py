@@ -329,8 +329,8 @@ def quantize_blocks(x2, fmt_name: str, kk: int, smode: int, sat_inf: bool, mode:
     kind, xr, bf16 = in_kind(x2)
     C = block_constexprs(fmt_name, kind == IN_F64, mode, want_value, kk)
     C["IN_KIND"] = kind
-    if interpreting() and C["ONE_CHUNK"]:
-        C["BR"] = max(C["BR"], (1 << 16) // C["KP"])  # fewer, larger programs
+    if interpreting():  # fewer, larger programs (each costs milliseconds there)
+        C["BR"] = max(C["BR"], (1 << 16) // C["KP"])
     nb = -(-n // kk)
     mtab = table(spec.m_tab, x2.device, torch.int32)
     btab = table(spec.base_tab, x2.device, torch.int32)
