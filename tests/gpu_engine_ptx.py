@@ -42,23 +42,23 @@ def variants(full: bool = False) -> list[dict]:
 
     base = dict(BM=32, BN=32, D_PAD=32, DV_PAD=32, DK=16, UNROLL=4, FLOW=o.FA2,
                 EXP=o.EXP_FLOAT, PRE_HIF8=False, CRIT=o.CRIT_NONE, MAX_ROUND=o.ROUND_RINT,
-                GRAN=o.GRAN_TILE, ACC=o.ACC_F32, CAUSAL=False, HAS_MASK=False,
-                TRY_EXACT_QK=True, TRY_EXACT_PV=False)
+                GRAN=o.GRAN_TILE, ACC=o.ACC_F32, HAS_MASK=False,
+                TRY_EXACT_QK=True, TRY_EXACT_PV=False, O_MEM=False)
     table = dict(EXP=o.EXP_TABLE, TRY_EXACT_PV=True)
     e2e = dict(table, FLOW=o.E2E, CRIT=o.CRIT_FIRST)
     out = [
         ("flash", {}, "fp32"),
-        ("flash causal mask", dict(CAUSAL=True, HAS_MASK=True), "fp32"),
+        ("flash mask", dict(HAS_MASK=True), "fp32"),
         ("default bf16", {}, "bf16"),
         ("exp2_table", table, "bf16"),
-        ("exp2_table causal mask acc16", dict(table, CAUSAL=True, HAS_MASK=True,
-                                              ACC=o.ACC_F16), "bf16"),
+        ("exp2_table mask acc16", dict(table, HAS_MASK=True, ACC=o.ACC_F16), "bf16"),
         ("naive_e2e", dict(table, PRE_HIF8=True), "bf16"),
         ("e2e first", e2e, "bf16"),
+        ("e2e first O in memory", dict(e2e, O_MEM=True), "bf16"),
         ("e2e first+last mask ceil", dict(e2e, CRIT=o.CRIT_FIRST_LAST, HAS_MASK=True,
                                           MAX_ROUND=o.ROUND_CEIL), "bf16"),
-        ("e2e first+diag causal row bf16acc", dict(e2e, CRIT=o.CRIT_FIRST_DIAG, CAUSAL=True,
-                                                   GRAN=o.GRAN_ROW, ACC=o.ACC_BF16), "fp16"),
+        ("e2e first+diag row bf16acc", dict(e2e, CRIT=o.CRIT_FIRST_DIAG, GRAN=o.GRAN_ROW,
+                                            ACC=o.ACC_BF16), "fp16"),
         ("e2e list fp32 inputs", dict(e2e, CRIT=o.CRIT_LIST), "fp32"),
         ("e2e no exact dots", dict(e2e, TRY_EXACT_QK=False, TRY_EXACT_PV=False), "bf16"),
         ("flash no exact dots", dict(TRY_EXACT_QK=False), "fp32"),
@@ -66,10 +66,10 @@ def variants(full: bool = False) -> list[dict]:
     res = [dict(name=n, const=dict(base, **c), dtype=dt, num_warps=4) for n, c, dt in out]
     if full:
         big = dict(BM=128, BN=128, D_PAD=128, DV_PAD=128, DK=32)
-        res += [dict(name="flash 128 causal", const=dict(base, CAUSAL=True, **big),
-                     dtype="bf16", num_warps=16),
-                dict(name="e2e 128 causal", const=dict(base, **e2e, CAUSAL=True, **big),
-                     dtype="bf16", num_warps=16),
+        big_e2e = dict(base, **e2e, **big, O_MEM=True)
+        res += [dict(name="flash 128", const=dict(base, **big, O_MEM=True), dtype="bf16",
+                     num_warps=16),
+                dict(name="e2e 128", const=big_e2e, dtype="bf16", num_warps=16),
                 dict(name="e2e 64", const=dict(base, **e2e, BM=64, BN=64, D_PAD=128,
                                                DV_PAD=128, DK=32), dtype="bf16", num_warps=8)]
     return res

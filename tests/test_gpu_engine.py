@@ -171,7 +171,7 @@ def head_planes(Z, Hq, Lq, Lk, seed=0, p_masked=0.3, finite=False):
 
 def check(q, k, v, cfg, *, kind, cpu_inputs=None, **kw):
     """Run both and compare."""
-    gk = {x: kw.pop(x) for x in ("round_inputs_bf16", "exact_dots") if x in kw}
+    gk = {x: kw.pop(x) for x in ("round_inputs_bf16", "exact_dots", "o_mem") if x in kw}
     cq, ck, cv = cpu_inputs or (q, k, v)
     cpu = cpu_run(cq, ck, cv, cfg, **kw)
     gpu = gpu_run(q, k, v, cfg, kind=kind, **kw, **gk)
@@ -196,15 +196,16 @@ def test_every_config_gqa_mask(name):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_every_config_causal_rounding_on_device(name):
     """Causal with Lq < Lk; baps from float32 tensors rounded to bf16 on the device (the
-    ``input_dtype="bfloat16"`` step), flash on float32 tensors holding bf16 values."""
+    ``input_dtype="bfloat16"`` step), flash on float32 tensors holding bf16 values; the O
+    accumulator kept in memory (``o_mem``)."""
     q, k, v = make_qkv(Z=2, Hq=1, Hkv=1, Lq=40, Lk=72, d=16, dv=16, kind="f32", seed=3)
     if name == "flash":
         q, k, v = (rounded(a, "bf16") for a in (q, k, v))
-        check(q, k, v, config(name), kind="f32", causal=True)
+        check(q, k, v, config(name), kind="f32", causal=True, o_mem=True)
     else:
         cpu_in = tuple(rounded(a, "bf16") for a in (q, k, v))
         check(q, k, v, config(name), kind="f32", causal=True, cpu_inputs=cpu_in,
-              round_inputs_bf16=True)
+              round_inputs_bf16=True, o_mem=True)
 
 
 # ------------------------------------------------------------------------------------------

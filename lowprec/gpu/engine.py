@@ -375,23 +375,21 @@ def pv_tile(p, v_ptr, svn, svd, rows, jj, dvc, dv, nkeys, scr_ptr, exact,
 
 
 @triton.jit
-def _tile_visible(t, VIS, vis_base, lim, Bc, nk, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
+def _tile_visible(t, VIS, vis_base, lim, Bc, nk, causal, HAS_MASK: tl.constexpr):
     """``vis[t]`` of online._visible_tiles: from the mask pre-pass (:func:`_visible_tiles`,
     causal folded in) or, without a mask, ``t * Bc <= lim`` (causal) / always."""
     inside = (t >= 0) & (t < nk)
     if HAS_MASK:
         tc = tl.minimum(tl.maximum(t, 0), nk - 1)
         ok = inside & (tl.load(VIS + vis_base + tc) != 0)
-    elif CAUSAL:
-        ok = inside & (t * Bc <= lim)
     else:
-        ok = inside
+        ok = inside & ((causal == 0) | (t * Bc <= lim))
     return ok
 
 
 @triton.jit
 def _visit_order(vi, ncs, extra, CLIST, IN_LIST, VIS, vis_base, lim, Bc, nk,
-                 CRIT: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr):
+                 causal, CRIT: tl.constexpr, HAS_MASK: tl.constexpr):
     """Slot ``vi`` of the visiting order (online._visit_order): ``(t, visit, critical)``.
     Slots ``vi < ncs`` are the critical tiles in order (tile 0 then ``extra`` for the named
     sets, the deduplicated list for ``CRIT_LIST``), the next ``nk`` slots every tile in
@@ -403,15 +401,15 @@ def _visit_order(vi, ncs, extra, CLIST, IN_LIST, VIS, vis_base, lim, Bc, nk,
         t_crit = tl.load(CLIST + tl.minimum(vi, ncs - 1))
         t = tl.where(critical, t_crit, t_main)
         unlisted = tl.load(IN_LIST + tl.minimum(tl.maximum(t_main, 0), nk - 1)) == 0
-        vis = _tile_visible(t, VIS, vis_base, lim, Bc, nk, CAUSAL, HAS_MASK)
+        vis = _tile_visible(t, VIS, vis_base, lim, Bc, nk, causal, HAS_MASK)
         visit = vis & (critical | unlisted)
     elif CRIT == CRIT_NONE:
         t = vi
-        visit = _tile_visible(t, VIS, vis_base, lim, Bc, nk, CAUSAL, HAS_MASK)
+        visit = _tile_visible(t, VIS, vis_base, lim, Bc, nk, causal, HAS_MASK)
     else:
         t_main = vi - ncs
         t = tl.where(critical, tl.where(vi == 0, 0, extra), t_main)
-        vis = _tile_visible(t, VIS, vis_base, lim, Bc, nk, CAUSAL, HAS_MASK)
+        vis = _tile_visible(t, VIS, vis_base, lim, Bc, nk, causal, HAS_MASK)
         # the extra critical tile counts only when it is not tile 0 (already critical or
         # invisible); in the main slots, tile 0 and the extra tile were critical if visible
         visit = vis & tl.where(critical, (vi == 0) | (extra > 0),
@@ -501,25 +499,33 @@ def _round_bf16_kernel(X, Y, n, BLOCK: tl.constexpr):
 # the engine
 
 
-@triton.jit
+# shape and switch integers: one compiled variant for every shape (no value-1 or
+# divisible-by-16 specialisation, which would recompile per shape or per causal flag)
+_ENGINE_NO_SPEC = ("task0", "Hq", "group", "Lq", "Lk", "d", "dv", "Br", "Bc", "bc4", "nq", "nk",
+                   "ncs", "causal", "c_bits", "thr_bits")
+
+
+@triton.jit(do_not_specialize=_ENGINE_NO_SPEC)
 def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
             OUT, FLAGS, RR,
             sqz, sqh, sqm, sqd, skz, skh, skn, skd, svz, svh, svn, svd, smp, smm, smn,
             soz, soh, som, sod,
-            task0, Hq, group, Lq, Lk, d, dv, Br, Bc, bc4, nq, nk, ncs, c_bits, thr_bits,
+            task0, Hq, group, Lq, Lk, d, dv, Br, Bc, bc4, nq, nk, ncs, causal, c_bits,
+            thr_bits,
             BM: tl.constexpr, BN: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr,
             DK: tl.constexpr, UNROLL: tl.constexpr,
             FLOW: tl.constexpr, EXP: tl.constexpr, PRE_HIF8: tl.constexpr, CRIT: tl.constexpr,
             MAX_ROUND: tl.constexpr, GRAN: tl.constexpr, ACC: tl.constexpr,
-            CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
-            TRY_EXACT_QK: tl.constexpr, TRY_EXACT_PV: tl.constexpr):
-    """One program per (batch entry b, query tile qt) (online._engine's task loop body)."""
+            HAS_MASK: tl.constexpr,
+            TRY_EXACT_QK: tl.constexpr, TRY_EXACT_PV: tl.constexpr, O_MEM: tl.constexpr):
+    """One program per (batch entry b, query tile qt) (online._engine's task loop body).
+    ``O_MEM``: the O accumulator round-trips through OUT on every tile instead of living in
+    registers (same values; frees BM x DV registers for the dots of large tiles)."""
     pid = tl.program_id(0)
     task = task0 + pid
     b = task // nq
     qt = task % nq
-    if CAUSAL:
-        qt = nq - 1 - qt  # the longest causal rows first: better load balance, same results
+    qt = tl.where(causal != 0, nq - 1 - qt, qt)  # longest causal rows first: load balance
     z = b // Hq
     h = b % Hq
     hk = h // group
@@ -560,7 +566,7 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
     extra = -1
     if CRIT == CRIT_FIRST_LAST:
         for t in range(0, nk):
-            extra = tl.where(_tile_visible(t, VIS, vis_base, lim, Bc, nk, CAUSAL, HAS_MASK),
+            extra = tl.where(_tile_visible(t, VIS, vis_base, lim, Bc, nk, causal, HAS_MASK),
                              t, extra)
     elif CRIT == CRIT_FIRST_DIAG:
         key = tl.minimum(Lk - 1, lim)
@@ -570,10 +576,14 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
     l = tl.zeros((BM,), tl.float32)
     o = tl.zeros((BM, DV_PAD), tl.float32)
     rr = tl.zeros([], tl.int32)
+    o_base = OUT + z.to(tl.int64) * soz + h.to(tl.int64) * soh + i0.to(tl.int64) * som
+    if O_MEM:  # O lives in this program's rows of OUT (fewer registers); loads follow barriers
+        tl.store(o_base + rows[:, None] * som + dvc[None, :] * sod, o,
+                 mask=row_ok[:, None] & (dvc < dv)[None, :])
     fbase = (b.to(tl.int64) * nq + qt) * nk
     for vi in range(0, ncs + nk):
         t, visit, critical = _visit_order(vi, ncs, extra, CLIST, IN_LIST, VIS, vis_base,
-                                          lim, Bc, nk, CRIT, CAUSAL, HAS_MASK)
+                                          lim, Bc, nk, causal, CRIT, HAS_MASK)
         if visit:
             j0 = t * Bc
             ncol = tl.minimum(Bc, Lk - j0)
@@ -588,10 +598,8 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
                 qk_exact = False
             s = qk_tile(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d,
                         qk_exact, TRY_EXACT_QK, BM, BN, DK, UNROLL)
-            if CAUSAL:
-                jlim = tl.maximum(0, tl.minimum(ncol, gi + (Lk - Lq) - j0 + 1))
-            else:
-                jlim = tl.zeros((BM,), tl.int32) + ncol
+            jlim = tl.where(causal != 0,
+                            tl.maximum(0, tl.minimum(ncol, gi + (Lk - Lq) - j0 + 1)), ncol)
             jmask = jj[None, :] < jlim[:, None]
             if HAS_MASK:
                 mrow = tl.load(m_ptr + rows[:, None].to(tl.int64) * smm + (j0 + jj)[None, :] * smn,
@@ -632,12 +640,20 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
             pv, rs = pv_tile(p, v_ptr, svn, svd, rows, jj, dvc, dv, nkeys, scr_ptr, pv_exact,
                              TRY_EXACT_PV, BM, BN, DV_PAD, DK, UNROLL)
             l = _acc((l * alpha) + rs, ACC)
-            o = _acc((o * alpha[:, None]) + pv, ACC)
+            if O_MEM:
+                o_ptrs = o_base + rows[:, None] * som + dvc[None, :] * sod
+                o_mask = row_ok[:, None] & (dvc < dv)[None, :]
+                o_old = tl.load(o_ptrs, mask=o_mask, other=0.0)
+                tl.store(o_ptrs, _acc((o_old * alpha[:, None]) + pv, ACC), mask=o_mask)
+            else:
+                o = _acc((o * alpha[:, None]) + pv, ACC)
     tl.store(RR + task, rr)
-    res = tl.math.div_rn(o, l[:, None])
-    o_ptr = OUT + z.to(tl.int64) * soz + h.to(tl.int64) * soh + i0.to(tl.int64) * som
-    tl.store(o_ptr + rows[:, None] * som + dvc[None, :] * sod, res,
-             mask=row_ok[:, None] & (dvc < dv)[None, :])
+    o_ptrs = o_base + rows[:, None] * som + dvc[None, :] * sod
+    o_mask = row_ok[:, None] & (dvc < dv)[None, :]
+    if O_MEM:
+        tl.debug_barrier()  # the last tile's stores of O are visible to every thread
+        o = tl.load(o_ptrs, mask=o_mask, other=0.0)
+    tl.store(o_ptrs, tl.math.div_rn(o, l[:, None]), mask=o_mask)
 
 
 # ------------------------------------------------------------------------------------------
@@ -697,10 +713,13 @@ def _as4(x, what: str):
 
 
 def default_launch(BM: int, BN: int, DV_PAD: int) -> dict:
-    """Default ``num_warps`` / ``dk`` / ``unroll`` for a tile shape (overridable by keyword)."""
+    """Default ``num_warps`` / ``dk`` / ``unroll`` / ``o_mem`` for a tile shape (overridable by
+    keyword; results never depend on them).  Chosen from ptxas's register reports for sm_90
+    (docs/design.md, "GPU attention engine"), not from timings: about 16 tile elements per
+    thread and the smallest dot chunk keep spills at a few KiB; larger chunks or fewer warps
+    made ptxas fall back to 32 registers with tens of KiB of spills."""
     big = BM * max(BN, DV_PAD)
-    return {"num_warps": 4 if big <= 4096 else (8 if big <= 16384 else 16),
-            "dk": 32, "unroll": 4}
+    return {"num_warps": max(4, min(16, big // 1024)), "dk": 16, "unroll": 4, "o_mem": False}
 
 
 def round_bf16(x):
@@ -730,7 +749,7 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
                    block_q: int, block_k: int, cfg: _cpu.EngineConfig,
                    round_inputs_bf16: bool = False, exact_dots: bool = True,
                    num_warps: int | None = None, dk: int | None = None,
-                   unroll: int | None = None):
+                   unroll: int | None = None, o_mem: bool | None = None):
     """The engine on torch tensors of one device (a CUDA GPU, or CPU under the Triton
     interpreter); same meaning and results as :func:`lowprec.kernels.online.run_engine`.
 
@@ -751,7 +770,7 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
             with ``input_dtype="bfloat16"`` before calling the CPU engine).
         exact_dots: allow ``tl.dot`` where the guard proves every product exact (False: the
             outer-product loops everywhere; same results, slower; for tests).
-        num_warps, dk, unroll: launch tuning (results do not depend on them):
+        num_warps, dk, unroll, o_mem: launch tuning (results do not depend on them):
             :func:`default_launch` when None.
 
     Returns:
@@ -815,11 +834,11 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
         return _launch(q4, k4, v4, out, flags, shape_out, crit_list, scale=scale,
                        causal=causal, mask=mask, mask_map=mask_map, Br=Br, Bc=Bc, nq=nq, nk=nk,
                        cfg=cfg, round_inputs_bf16=round_inputs_bf16, exact_dots=exact_dots,
-                       num_warps=num_warps, dk=dk, unroll=unroll)
+                       num_warps=num_warps, dk=dk, unroll=unroll, o_mem=o_mem)
 
 
 def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask, mask_map,
-            Br, Bc, nq, nk, cfg, round_inputs_bf16, exact_dots, num_warps, dk, unroll):
+            Br, Bc, nq, nk, cfg, round_inputs_bf16, exact_dots, num_warps, dk, unroll, o_mem):
     """The launches of :func:`run_engine_gpu` (validated arguments, 4-d inputs, outputs
     allocated, under the device guard)."""
     import torch
@@ -837,6 +856,7 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
     nw = int(num_warps or tune["num_warps"])
     DK = min(D_PAD, int(dk or tune["dk"]))
     UNROLL = int(unroll or tune["unroll"])
+    O_MEM = bool(tune["o_mem"] if o_mem is None else o_mem)
     if DK < 16 or DK & (DK - 1):
         raise ValueError(f"dk must be a power of two >= 16, got {DK}")
     tab, ptab, vtab, p_bits = device_tables(cfg, dev)
@@ -893,12 +913,12 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
             out, flags, rr,
             *q4.stride(), *k4.stride(), *v4.stride(), *mstr, *out.stride(),
             task0, Hq, Hq // Hkv, Lq, Lk, d, dv, Br, Bc, -(-Bc // 4) * 4, nq, nk, ncs,
-            c_bits, thr_bits,
+            int(bool(causal)), c_bits, thr_bits,
             BM=BM, BN=BN, D_PAD=D_PAD, DV_PAD=DV_PAD, DK=DK, UNROLL=UNROLL,
             FLOW=int(cfg.flow), EXP=int(cfg.exp), PRE_HIF8=bool(cfg.pre_hif8),
             CRIT=int(cfg.crit), MAX_ROUND=int(cfg.max_round), GRAN=int(cfg.gran),
-            ACC=int(cfg.acc), CAUSAL=bool(causal), HAS_MASK=has_mask,
-            TRY_EXACT_QK=bool(exact_dots), TRY_EXACT_PV=bool(try_pv and exact_dots),
+            ACC=int(cfg.acc), HAS_MASK=has_mask,
+            TRY_EXACT_QK=bool(exact_dots), TRY_EXACT_PV=bool(try_pv and exact_dots), O_MEM=O_MEM,
             num_warps=nw, **LAUNCH_OPTS)
     row_restarts = rr.view(B, nq).sum(dim=1, dtype=torch.int64)
     return out.view(shape_out), flags, row_restarts
