@@ -53,35 +53,15 @@ CONFIGS = ["flash"] + list(baps.CONFIGS)
 DOTS = {"n": 0}  # exact dots executed (interpreter only)
 
 
-def _sequential_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-    from triton.runtime.interpreter import TensorHandle
-
-    A = a.data.astype(np.float32)
-    Bm = b.data.astype(np.float32)
-    acc = d.data.astype(np.float32).copy()
-    with np.errstate(invalid="ignore", over="ignore"):
-        for kk in range(A.shape[-1]):
-            p32 = A[:, kk, None] * Bm[None, kk, :]
-            p64 = A[:, kk, None].astype(np.float64) * Bm[None, kk, :].astype(np.float64)
-            exact = (p32.astype(np.float64) == p64) | (np.isnan(p32) & np.isnan(p64))
-            assert exact.all(), "tl.dot was given an inexact product: the guard let it through"
-            acc = acc + p32
-    DOTS["n"] += 1
-    return TensorHandle(acc, d.dtype.scalar)
-
-
 @pytest.fixture(autouse=True, scope="module")
 def sequential_dot():
-    """The interpreter's tl.dot in the GPU's sequential order (module docstring)."""
+    """The interpreter's tl.dot in the GPU's sequential order, asserting exact products
+    (module docstring)."""
     if not INTERPRETED:
         yield
         return
-    from triton.runtime import interpreter as ti
-
-    orig = ti.InterpreterBuilder.create_dot
-    ti.InterpreterBuilder.create_dot = _sequential_dot
-    yield
-    ti.InterpreterBuilder.create_dot = orig
+    with ge.sequential_interpreter_dot(DOTS):
+        yield
 
 
 # ------------------------------------------------------------------------------------------

@@ -739,6 +739,40 @@ def round_bf16(x):
     return y.view(torch.bfloat16)
 
 
+@contextlib.contextmanager
+def sequential_interpreter_dot(counter: dict | None = None):
+    """Within the context, the Triton interpreter's ``tl.dot`` computes what the GPU's
+    ``tl.dot(input_precision="ieee")`` computes whenever every product is exact (the only
+    place the engine uses it): ``acc = fl(acc + fl(a_k b_k))``, k ascending.  (The
+    interpreter's own dot is NumPy's matmul, in BLAS order.)  Every product is checked to be
+    exact (AssertionError otherwise), so the engine's guard is verified on each dot it lets
+    through; ``counter["n"]`` counts the dots.  For tests and ``--device cpu`` checks only."""
+    from triton.runtime import interpreter as ti
+
+    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        A = a.data.astype(np.float32)
+        Bm = b.data.astype(np.float32)
+        acc = d.data.astype(np.float32).copy()
+        with np.errstate(invalid="ignore", over="ignore"):
+            for kk in range(A.shape[-1]):
+                p32 = A[:, kk, None] * Bm[None, kk, :]
+                p64 = A[:, kk, None].astype(np.float64) * Bm[None, kk, :].astype(np.float64)
+                exact = (p32.astype(np.float64) == p64) | (np.isnan(p32) & np.isnan(p64))
+                if not exact.all():
+                    raise AssertionError("tl.dot was given an inexact product")
+                acc = acc + p32
+        if counter is not None:
+            counter["n"] = counter.get("n", 0) + 1
+        return ti.TensorHandle(acc, d.dtype.scalar)
+
+    orig = ti.InterpreterBuilder.create_dot
+    ti.InterpreterBuilder.create_dot = dot
+    try:
+        yield
+    finally:
+        ti.InterpreterBuilder.create_dot = orig
+
+
 def _interpreting() -> bool:
     import os
 
@@ -926,4 +960,5 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
 
 
 
-__all__ = ["run_engine_gpu", "round_bf16", "device_tables", "default_launch", "LAUNCH_OPTS"]
+__all__ = ["run_engine_gpu", "round_bf16", "device_tables", "default_launch", "LAUNCH_OPTS",
+           "sequential_interpreter_dot"]
