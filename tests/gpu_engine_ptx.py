@@ -7,7 +7,8 @@ instructions that break bit-exactness (specs/gpu.md section 2):
 * approximate or flushing arithmetic: ``div.full``, ``*.approx``, ``.ftz`` (the one allowed
   occurrence is libdevice's double ``exp2`` range test, ``abs.ftz.f32`` on the high word of the
   double followed by ``setp.lt.f32 .., 0f408FF000``: a flushed subnormal pattern is below the
-  bound either way), ``cvt`` with ``sat``, float rounding ``cvt.rni/rpi/rmi`` to float;
+  bound either way), ``cvt`` with ``sat``, float rounding ``cvt.rni/rpi/rmi`` to float,
+  tensor-core ``mma``/``wgmma`` (their accumulation order is not the sequential one);
 * ``fma.rn.f32`` anywhere but in the exact ``tl.dot`` products: the count must equal the dots'
   multiply-adds (``BM*BN*DK + BM*DV*DK`` per thread share; the row-sum dot with ones folds to
   adds) and be 0 when the exact dots are switched off.
@@ -31,7 +32,8 @@ _FMA_PTR = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "MASK": "*fp32", "MMAP": "
             "VIS": "*i8", "G": "*fp32", "TAB": "*i32", "PTAB": "*fp32", "VTAB": "*fp32",
             "CLIST": "*i32", "IN_LIST": "*i32", "SCR": "*fp32", "OUT": "*fp32", "FLAGS": "*i8",
             "RR": "*i32"}
-_FORBIDDEN = re.compile(r"\b(div\.full\S*|\S+\.approx\S*|cvt\S*sat\S*|cvt\.r[npm]i\.f\S*)")
+_FORBIDDEN = re.compile(r"\b(div\.full\S*|\S+\.approx\S*|cvt\S*sat\S*|cvt\.r[npm]i\.f\S*"
+                        r"|w?mma\.\S*)")
 _LIBDEVICE_EXP2_TEST = "0f408FF000"  # libdevice exp2's |hi word| range bound
 
 
