@@ -301,6 +301,24 @@ def test_guard_underflow_and_overflow(name):
     check(q, k, v, cfg, kind="bf16", block_q=16, block_k=16)
 
 
+def test_strided_inputs_and_expanded_mask_planes():
+    """q, k, v as (Z, H, L, d) views of (Z, L, H, d) tensors (how models hold them: the
+    launcher reads strides, no copy) and one mask plane expanded to every head (stride 0)."""
+    q, k, v = make_qkv(Z=1, Hq=4, Hkv=2, Lq=40, Lk=56, d=16, dv=16, kind="bf16", seed=17)
+    plane, _ = head_planes(1, 4, 40, 56, seed=18, finite=True)
+    cfg = config("e2e_hif8")
+    cpu = cpu_run(q, k, v, cfg, causal=True, mask=plane, mask_map=np.zeros(4, np.int64),
+                  block_q=16, block_k=16)
+    tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(a.transpose(0, 2, 1, 3)))
+                  .to(torch.bfloat16).to(DEVICE).transpose(1, 2) for a in (q, k, v))
+    assert not tq.is_contiguous()
+    tm = torch.from_numpy(plane).to(DEVICE).expand(4, 40, 56)  # 4 planes, stride 0
+    out, flags, rr = ge.run_engine_gpu(tq, tk, tv, scale=16 ** -0.5, causal=True, mask=tm,
+                                       mask_map=np.arange(4), block_q=16, block_k=16, cfg=cfg)
+    assert_same(cpu, (out.cpu().numpy().reshape(4, 40, 16), flags.cpu().numpy(),
+                      rr.cpu().numpy()))
+
+
 def test_block_sizes_not_powers_of_two_and_larger_than_l():
     q, k, v = make_qkv(Z=1, Hq=1, Hkv=1, Lq=50, Lk=70, d=20, dv=12, kind="bf16", seed=15)
     check(q, k, v, config("e2e_hif8", critical="first+last"), kind="bf16", causal=True,
