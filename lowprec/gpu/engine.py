@@ -17,8 +17,9 @@ Layout: one program per (batch entry, query tile), ``b = z * Hq + h`` as on the 
 (GQA: query head ``h`` reads key/value head ``h // (Hq // Hkv)``, no copy), any strides, float32,
 float16 or bfloat16 (loaded and widened exactly to float32 in registers).  Three-dimensional
 ``(B, L, d)`` inputs are ``Hq = Hkv = 1``.  Memory beyond inputs and outputs: O(L x d) per head
-(per-key-tile guard values, per-tile flags, the mask-visibility bits and a bounded scratch
-buffer for the unfused P v product); never an ``Lq x Lk`` matrix.
+(per-key-tile guard values, the mask-visibility bits, and a scratch buffer, bounded by
+``SCRATCH_BYTES``, where each program stages its P tile for the P v product); never an
+``Lq x Lk`` matrix.
 
 Exactness rules (specs/gpu.md section 2): every launch has ``enable_fp_fusion=False``; ``O / l``
 is ``tl.math.div_rn``; exp2 in float32 is ``float32(exp2(float64(x)))`` (libdevice's double exp2,
@@ -27,7 +28,7 @@ integer operations on the bits or the add-and-subtract trick; shift counts stay 
 ``tl.dot(..., input_precision="ieee")`` is a sequential fused multiply-add chain over k, equal to
 the CPU's unfused ``fl(acc + fl(a b))`` only when every product is exact; the engine uses it only
 where a per-tile guard proves that (narrow mantissas, no underflow, no overflow) and otherwise
-runs an outer-product loop with separate multiply and add (module-level docs in design.md).
+runs an outer-product loop with separate multiply and add.
 """
 
 from __future__ import annotations
@@ -900,6 +901,7 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
     i32 = torch.int32
 
     # ---- pre-passes: mask visibility per (plane, query tile), guard values per key tile
+    pre_warps = 8 if BN * max(BM, D_PAD, DV_PAD) >= 16384 else 4  # whole tiles in registers
     has_mask = mask is not None
     if has_mask:
         if mask.dtype != torch.float32 or mask.dim() != 3 or tuple(mask.shape[1:]) != (Lq, Lk):
@@ -914,7 +916,8 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
         M = mask.shape[0]
         vis = torch.empty((M, nq, nk), dtype=torch.int8, device=dev)
         _visible_tiles[(M * nq,)](mask, vis, *mask.stride(), Lq, Lk, Br, Bc, nq, nk,
-                                  CAUSAL=bool(causal), BM=BM, BN=BN, num_warps=4, **LAUNCH_OPTS)
+                                  CAUSAL=bool(causal), BM=BM, BN=BN, num_warps=pre_warps,
+                                  **LAUNCH_OPTS)
         mask_arg, mstr = mask, mask.stride()
     else:
         mmap = torch.zeros(1, dtype=i32, device=dev)
@@ -925,8 +928,8 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
         guard = torch.empty((Bkv, nk, 4), dtype=torch.float32, device=dev)
         _tile_guard[(Bkv * nk,)](k4, v4, guard, *k4.stride(), *v4.stride(), Hkv, Lk, d, dv,
                                  Bc, nk, BN=BN, D_PAD=D_PAD, DV_PAD=DV_PAD,
-                                 LOW_K=_LOW_QK.value, LOW_V=_LOW_V.value, num_warps=4,
-                                 **LAUNCH_OPTS)
+                                 LOW_K=_LOW_QK.value, LOW_V=_LOW_V.value,
+                                 num_warps=pre_warps, **LAUNCH_OPTS)
     else:
         guard = torch.zeros(1, dtype=torch.float32, device=dev)  # never read
     ncs = {int(_cpu.CRIT_NONE): 0, int(_cpu.CRIT_LIST): len(crit_list)}.get(int(cfg.crit), 2)
