@@ -42,7 +42,7 @@ def variants(full: bool = False) -> list[dict]:
     the large tiles the GPU uses by default, which take seconds each)."""
     from lowprec.kernels import online as o
 
-    base = dict(BM=32, BN=32, D_PAD=32, DV_PAD=32, DK=16, UNROLL=4, FLOW=o.FA2,
+    base = dict(BM=32, BN=32, D_PAD=32, DV_PAD=32, DV_FULL=True, DK=16, UNROLL=4, FLOW=o.FA2,
                 EXP=o.EXP_FLOAT, PRE_HIF8=False, CRIT=o.CRIT_NONE, MAX_ROUND=o.ROUND_RINT,
                 GRAN=o.GRAN_TILE, ACC=o.ACC_F32, HAS_MASK=False,
                 TRY_EXACT_QK=True, TRY_EXACT_PV=False, O_MEM=False)
@@ -64,6 +64,7 @@ def variants(full: bool = False) -> list[dict]:
         ("e2e list fp32 inputs", dict(e2e, CRIT=o.CRIT_LIST), "fp32"),
         ("e2e no exact dots", dict(e2e, TRY_EXACT_QK=False, TRY_EXACT_PV=False), "bf16"),
         ("flash no exact dots", dict(TRY_EXACT_QK=False), "fp32"),
+        ("flash dv not a power of two", dict(DV_FULL=False), "fp32"),
     ]
     res = [dict(name=n, const=dict(base, **c), dtype=dt, num_warps=4) for n, c, dt in out]
     if full:

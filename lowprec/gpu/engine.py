@@ -319,26 +319,42 @@ def qk_tile(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d, exact
 
 
 @triton.jit
+def _pv_step(pv, rs, j, v_ptr, svn, svd, rows, dvc, dv, scr_ptr, BM: tl.constexpr,
+             DV_FULL: tl.constexpr):
+    """One key of :func:`_pv_outer` (no masks: ``j`` is a key of the tile, inside v and the
+    scratch; only the padded v columns when ``dv`` is not a power of two)."""
+    pc = tl.load(scr_ptr + j * BM + rows)
+    if DV_FULL:
+        vr = tl.load(v_ptr + j * svn + dvc * svd)
+    else:
+        vr = tl.load(v_ptr + j * svn + dvc * svd, mask=dvc < dv, other=0.0)
+    return pv + pc[:, None] * vr.to(tl.float32)[None, :], rs + pc
+
+
+@triton.jit
 def _pv_outer(v_ptr, svn, svd, rows, dvc, dv, nkeys, scr_ptr,
-              BM: tl.constexpr, DV_PAD: tl.constexpr, UNROLL: tl.constexpr):
+              BM: tl.constexpr, DV_PAD: tl.constexpr, DV_FULL: tl.constexpr,
+              UNROLL: tl.constexpr):
     """``(P v, rowsum P)`` by outer products from the staged P^T, keys ascending:
-    ``pv = fl(pv + fl(P[:, j] v[j]))``, ``rs = fl(rs + P[:, j])``."""
+    ``pv = fl(pv + fl(P[:, j] v[j]))``, ``rs = fl(rs + P[:, j])``; UNROLL keys per step, then
+    the remainder one by one (no masked loads in the hot loop)."""
     pv = tl.zeros((BM, DV_PAD), tl.float32)
     rs = tl.zeros((BM,), tl.float32)
-    for j0 in range(0, nkeys, UNROLL):
+    n_main = nkeys - nkeys % UNROLL
+    for j0 in range(0, n_main, UNROLL):
         for u in tl.static_range(UNROLL):
-            j = j0 + u
-            pc = tl.load(scr_ptr + j * BM + rows, mask=j < nkeys, other=0.0)
-            vr = tl.load(v_ptr + j * svn + dvc * svd, mask=(j < nkeys) & (dvc < dv), other=0.0)
-            pv = pv + pc[:, None] * vr.to(tl.float32)[None, :]
-            rs = rs + pc
+            pv, rs = _pv_step(pv, rs, j0 + u, v_ptr, svn, svd, rows, dvc, dv, scr_ptr, BM,
+                              DV_FULL)
+    for j in range(n_main, nkeys):
+        pv, rs = _pv_step(pv, rs, j, v_ptr, svn, svd, rows, dvc, dv, scr_ptr, BM, DV_FULL)
     return pv, rs
 
 
 @triton.jit
 def pv_tile(p, v_ptr, svn, svd, rows, jj, dvc, dv, nkeys, scr_ptr, exact,
             TRY_EXACT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-            DV_PAD: tl.constexpr, DK: tl.constexpr, UNROLL: tl.constexpr):
+            DV_PAD: tl.constexpr, DV_FULL: tl.constexpr, DK: tl.constexpr,
+            UNROLL: tl.constexpr):
     """``(P v, rowsum P)`` of a tile in the CPU's order (kernels._gemm.pv_tile with v's column
     of ones), over keys ``j < nkeys`` (P is 0 from the tile's own end on).  P is staged
     transposed in the program's scratch slice (a register tile has no dynamic column access;
@@ -365,9 +381,10 @@ def pv_tile(p, v_ptr, svn, svd, rows, jj, dvc, dv, nkeys, scr_ptr, exact,
             rs = tl.max(rs16, axis=1)  # 16 equal columns
         else:
             pv, rs = _pv_outer(v_ptr, svn, svd, rows, dvc, dv, nkeys, scr_ptr, BM, DV_PAD,
-                               UNROLL)
+                               DV_FULL, UNROLL)
     else:
-        pv, rs = _pv_outer(v_ptr, svn, svd, rows, dvc, dv, nkeys, scr_ptr, BM, DV_PAD, UNROLL)
+        pv, rs = _pv_outer(v_ptr, svn, svd, rows, dvc, dv, nkeys, scr_ptr, BM, DV_PAD,
+                           DV_FULL, UNROLL)
     return pv, rs
 
 
@@ -514,14 +531,15 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
             task0, Hq, group, Lq, Lk, d, dv, Br, Bc, bc4, nq, nk, ncs, causal, c_bits,
             thr_bits,
             BM: tl.constexpr, BN: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr,
-            DK: tl.constexpr, UNROLL: tl.constexpr,
+            DV_FULL: tl.constexpr, DK: tl.constexpr, UNROLL: tl.constexpr,
             FLOW: tl.constexpr, EXP: tl.constexpr, PRE_HIF8: tl.constexpr, CRIT: tl.constexpr,
             MAX_ROUND: tl.constexpr, GRAN: tl.constexpr, ACC: tl.constexpr,
             HAS_MASK: tl.constexpr,
             TRY_EXACT_QK: tl.constexpr, TRY_EXACT_PV: tl.constexpr, O_MEM: tl.constexpr):
     """One program per (batch entry b, query tile qt) (online._engine's task loop body).
     ``O_MEM``: the O accumulator round-trips through OUT on every tile instead of living in
-    registers (same values; frees BM x DV registers for the dots of large tiles)."""
+    registers (same values; frees BM x DV registers for the dots of large tiles).
+    ``DV_FULL``: ``dv`` is a power of two (no column masks in the P v loop)."""
     pid = tl.program_id(0)
     task = task0 + pid
     b = task // nq
@@ -639,7 +657,7 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
             # keys up to ceil4(Bc) take part with P = 0, as in the CPU's padded pv_tile
             nkeys = tl.minimum(bc4, Lk - j0)
             pv, rs = pv_tile(p, v_ptr, svn, svd, rows, jj, dvc, dv, nkeys, scr_ptr, pv_exact,
-                             TRY_EXACT_PV, BM, BN, DV_PAD, DK, UNROLL)
+                             TRY_EXACT_PV, BM, BN, DV_PAD, DV_FULL, DK, UNROLL)
             l = _acc((l * alpha) + rs, ACC)
             if O_MEM:
                 o_ptrs = o_base + rows[:, None] * som + dvc[None, :] * sod
@@ -951,7 +969,7 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
             *q4.stride(), *k4.stride(), *v4.stride(), *mstr, *out.stride(),
             task0, Hq, Hq // Hkv, Lq, Lk, d, dv, Br, Bc, -(-Bc // 4) * 4, nq, nk, ncs,
             int(bool(causal)), c_bits, thr_bits,
-            BM=BM, BN=BN, D_PAD=D_PAD, DV_PAD=DV_PAD, DK=DK, UNROLL=UNROLL,
+            BM=BM, BN=BN, D_PAD=D_PAD, DV_PAD=DV_PAD, DV_FULL=DV_PAD == dv, DK=DK, UNROLL=UNROLL,
             FLOW=int(cfg.flow), EXP=int(cfg.exp), PRE_HIF8=bool(cfg.pre_hif8),
             CRIT=int(cfg.crit), MAX_ROUND=int(cfg.max_round), GRAN=int(cfg.gran),
             ACC=int(cfg.acc), HAS_MASK=has_mask,
