@@ -257,6 +257,31 @@ def test_fa2_accumulators(name, accum):
     check(q, k, v, config(name, accum=accum), kind="bf16", block_q=48, block_k=24)
 
 
+def _odd_configs():
+    e2e = baps.make_config("e2e_hif8", tau=1)
+    return {
+        # the FA2 flow with a critical set: only the visiting order changes
+        "fa2-first+last": online.EngineConfig(flow=online.FA2, exp=online.EXP_FLOAT,
+                                              crit=online.CRIT_FIRST_LAST),
+        # the E2E flow on HiF8-rounded scores
+        "e2e-pre_hif8": online.EngineConfig(flow=online.E2E, exp=online.EXP_TABLE,
+                                            enc=online.ENC_HIF8, pre_hif8=True,
+                                            crit=online.CRIT_FIRST_DIAG, thr=e2e.thr,
+                                            table=e2e.table),
+        # the E2E flow with float32 exp2 (P not rounded: the unfused P v loop)
+        "e2e-float-exp": online.EngineConfig(flow=online.E2E, exp=online.EXP_FLOAT,
+                                             crit=online.CRIT_FIRST, thr=e2e.thr,
+                                             max_round=online.ROUND_CEIL),
+    }
+
+
+@pytest.mark.parametrize("name", ["fa2-first+last", "e2e-pre_hif8", "e2e-float-exp"])
+def test_engine_config_combinations(name):
+    """EngineConfig switch combinations no baps configuration uses (run_engine accepts them)."""
+    q, k, v = make_qkv(Z=1, Hq=2, Hkv=1, Lq=40, Lk=64, d=16, dv=16, kind="bf16", seed=19)
+    check(q, k, v, _odd_configs()[name], kind="bf16", causal=True, block_q=16, block_k=16)
+
+
 # ------------------------------------------------------------------------------------------
 # inputs: dtypes, the exact-product guard, block sizes
 
