@@ -927,6 +927,8 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
                              f"{tuple(mask.shape)}")
         if mask.device != dev:
             raise ValueError(f"mask is on {mask.device}, q on {dev}")
+        if mask_map is None:
+            raise ValueError("a mask needs mask_map: the plane index of every batch entry")
         mmap = torch.as_tensor(np.asarray(mask_map) if not torch.is_tensor(mask_map)
                                else mask_map).to(device=dev, dtype=i32).reshape(-1)
         if mmap.numel() != B:
