@@ -344,6 +344,24 @@ def test_strided_inputs_and_expanded_mask_planes():
                       rr.cpu().numpy()))
 
 
+def test_nan_score_drives_a_tile_restart():
+    """A NaN score (0 * Inf) next to a large finite one in the same row: the CPU's row max
+    ignores NaN (fast-math; measured in every position), so that row restarts the whole tile
+    (tile granularity) and every other row takes its updated max.  The GPU must agree."""
+    q, k, v = make_qkv(Z=1, Hq=1, Hkv=1, Lq=16, Lk=32, d=16, dv=16, kind="bf16", seed=20,
+                       amp=0.5)
+    q[0, 0, :, 0] = -1.0
+    q[0, 0, :, 1] = 0.0
+    q[0, 0, 3, 0] = 0.0  # row 3: 0 * Inf = NaN with key 20, the others -Inf
+    q[0, 0, 3, 1] = 8.0
+    k[0, 0, 20] = 0.0
+    k[0, 0, 20, 0] = np.inf
+    k[0, 0, 21] = 0.0
+    k[0, 0, 21, 1] = 8.0  # row 3's score with key 21 is far above its max so far
+    cpu, _ = check(q, k, v, config("e2e_hif8"), kind="bf16", block_q=16, block_k=16)
+    assert cpu[1][0, 0, 1] == 1, "the scenario must restart key tile 1"
+
+
 def test_block_sizes_not_powers_of_two_and_larger_than_l():
     q, k, v = make_qkv(Z=1, Hq=1, Hkv=1, Lq=50, Lk=70, d=20, dv=12, kind="bf16", seed=15)
     check(q, k, v, config("e2e_hif8", critical="first+last"), kind="bf16", causal=True,

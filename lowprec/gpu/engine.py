@@ -200,9 +200,10 @@ def _scores_row(s, jmask, c, mrow, HAS_MASK: tl.constexpr, PRE_HIF8: tl.constexp
 
 @triton.jit
 def _row_max(s):
-    """``max`` of each row (online._row_max; max is order free, and NaN rows are NaN whatever
-    it returns: see docs/design.md)."""
-    return tl.max(s, axis=1)
+    """``max`` of each row over its non-NaN scores, -inf when there is none (online._row_max:
+    compiled with fast-math there, it ignores NaN in every position on x86-64, which is what
+    this computes explicitly; max is order free otherwise)."""
+    return tl.max(tl.where(s != s, float("-inf"), s), axis=1)
 
 
 @triton.jit
