@@ -151,7 +151,8 @@ def head_planes(Z, Hq, Lq, Lk, seed=0, p_masked=0.3, finite=False):
 
 def check(q, k, v, cfg, *, kind, cpu_inputs=None, **kw):
     """Run both and compare."""
-    gk = {x: kw.pop(x) for x in ("round_inputs_bf16", "exact_dots", "o_mem") if x in kw}
+    gk = {x: kw.pop(x) for x in ("round_inputs_bf16", "exact_dots", "o_mem", "rows", "pv_dot",
+                                 "unroll") if x in kw}
     cq, ck, cv = cpu_inputs or (q, k, v)
     cpu = cpu_run(cq, ck, cv, cfg, **kw)
     gpu = gpu_run(q, k, v, cfg, kind=kind, **kw, **gk)

@@ -320,73 +320,60 @@ def qk_tile(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d, exact
 
 
 @triton.jit
-def _pv_step(pv, rs, j, v_ptr, svn, svd, rows, dvc, dv, scr_ptr, BM: tl.constexpr,
-             DV_FULL: tl.constexpr):
-    """One key of :func:`_pv_outer` (no masks: ``j`` is a key of the tile, inside v and the
-    scratch; only the padded v columns when ``dv`` is not a power of two)."""
+def _pv_key(pv, rs, j, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM: tl.constexpr,
+            DV_FULL: tl.constexpr, FUSED: tl.constexpr):
+    """Key ``j`` of :func:`_pv_outer`: ``pv = fl(pv + fl(P[:, j] v[j]))``, ``rs = fl(rs +
+    P[:, j])`` (``FUSED``: one ``fma``, equal when every product is exact).  No key mask:
+    ``j`` is a key of the tile, inside v and the scratch; only the padded v columns when
+    ``dv`` is not a power of two."""
     pc = tl.load(scr_ptr + j * BM + rows)
     if DV_FULL:
         vr = tl.load(v_ptr + j * svn + dvc * svd)
     else:
         vr = tl.load(v_ptr + j * svn + dvc * svd, mask=dvc < dv, other=0.0)
-    return pv + pc[:, None] * vr.to(tl.float32)[None, :], rs + pc
+    if FUSED:
+        pv = tl.fma(pc[:, None], vr.to(tl.float32)[None, :], pv)
+    else:
+        pv = pv + pc[:, None] * vr.to(tl.float32)[None, :]
+    return pv, rs + pc
 
 
 @triton.jit
-def _pv_outer(v_ptr, svn, svd, rows, dvc, dv, nkeys, scr_ptr,
-              BM: tl.constexpr, DV_PAD: tl.constexpr, DV_FULL: tl.constexpr,
-              UNROLL: tl.constexpr):
-    """``(P v, rowsum P)`` by outer products from the staged P^T, keys ascending:
-    ``pv = fl(pv + fl(P[:, j] v[j]))``, ``rs = fl(rs + P[:, j])``; UNROLL keys per step, then
-    the remainder one by one (no masked loads in the hot loop)."""
-    pv = tl.zeros((BM, DV_PAD), tl.float32)
-    rs = tl.zeros((BM,), tl.float32)
+def _pv_outer(pv, rs, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr, rows, BM: tl.constexpr,
+              DV_FULL: tl.constexpr, UNROLL: tl.constexpr, FUSED: tl.constexpr):
+    """``(P v, rowsum P)`` of a tile by outer products from the staged P^T, keys ascending
+    from the given zero accumulators (whose register layout the caller picks); UNROLL keys per
+    step, then the remainder one by one (no masked loads in the hot loop)."""
     n_main = nkeys - nkeys % UNROLL
     for j0 in range(0, n_main, UNROLL):
         for u in tl.static_range(UNROLL):
-            pv, rs = _pv_step(pv, rs, j0 + u, v_ptr, svn, svd, rows, dvc, dv, scr_ptr, BM,
-                              DV_FULL)
+            pv, rs = _pv_key(pv, rs, j0 + u, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM,
+                             DV_FULL, FUSED)
     for j in range(n_main, nkeys):
-        pv, rs = _pv_step(pv, rs, j, v_ptr, svn, svd, rows, dvc, dv, scr_ptr, BM, DV_FULL)
+        pv, rs = _pv_key(pv, rs, j, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM, DV_FULL,
+                         FUSED)
     return pv, rs
 
 
 @triton.jit
-def pv_tile(p, v_ptr, svn, svd, rows, jj, dvc, dv, nkeys, scr_ptr, exact,
-            TRY_EXACT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-            DV_PAD: tl.constexpr, DV_FULL: tl.constexpr, DK: tl.constexpr,
-            UNROLL: tl.constexpr):
-    """``(P v, rowsum P)`` of a tile in the CPU's order (kernels._gemm.pv_tile with v's column
-    of ones), over keys ``j < nkeys`` (P is 0 from the tile's own end on).  P is staged
-    transposed in the program's scratch slice (a register tile has no dynamic column access;
-    the barriers order the whole program's stores and loads), then: chained ``tl.dot(ieee)``
-    over key chunks when every product is exact (the row sum as a dot with ones, ``P * 1``
-    being always exact), the outer-product loop otherwise."""
-    tl.debug_barrier()  # the previous tile's loads of the scratch are done
-    tl.store(scr_ptr + jj[None, :] * BM + rows[:, None], p)
-    tl.debug_barrier()
-    if TRY_EXACT:
-        if exact:
-            kc = tl.arange(0, DK)
-            pv = tl.zeros((BM, DV_PAD), tl.float32)
-            rs16 = tl.zeros((BM, 16), tl.float32)  # 16: tl.dot's smallest N
-            ones = tl.full((DK, 16), 1.0, tl.float32)
-            for c0 in range(0, nkeys, DK):
-                kin = (c0 + kc) < nkeys
-                pc = tl.load(scr_ptr + (c0 + kc)[None, :] * BM + rows[:, None],
-                             mask=kin[None, :], other=0.0)
-                vc = tl.load(v_ptr + (c0 + kc)[:, None] * svn + dvc[None, :] * svd,
-                             mask=kin[:, None] & (dvc < dv)[None, :], other=0.0)
-                pv = tl.dot(pc, vc.to(tl.float32), pv, input_precision="ieee")
-                rs16 = tl.dot(pc, ones, rs16, input_precision="ieee")
-            rs = tl.max(rs16, axis=1)  # 16 equal columns
-        else:
-            pv, rs = _pv_outer(v_ptr, svn, svd, rows, dvc, dv, nkeys, scr_ptr, BM, DV_PAD,
-                               DV_FULL, UNROLL)
-    else:
-        pv, rs = _pv_outer(v_ptr, svn, svd, rows, dvc, dv, nkeys, scr_ptr, BM, DV_PAD,
-                           DV_FULL, UNROLL)
-    return pv, rs
+def _pv_dot(v_ptr, svn, svd, rows, dvc, dv, nkeys, scr_ptr, BM: tl.constexpr,
+            DV_PAD: tl.constexpr, DK: tl.constexpr):
+    """``(P v, rowsum P)`` of a tile by ``tl.dot(ieee)`` chained over key chunks of DK from
+    the staged P^T (every product exact), the row sum as a dot with ones (``P * 1`` is always
+    exact)."""
+    kc = tl.arange(0, DK)
+    pv = tl.zeros((BM, DV_PAD), tl.float32)
+    rs16 = tl.zeros((BM, 16), tl.float32)  # 16: tl.dot's smallest N
+    ones = tl.full((DK, 16), 1.0, tl.float32)
+    for c0 in range(0, nkeys, DK):
+        kin = (c0 + kc) < nkeys
+        pc = tl.load(scr_ptr + (c0 + kc)[None, :] * BM + rows[:, None],
+                     mask=kin[None, :], other=0.0)
+        vc = tl.load(v_ptr + (c0 + kc)[:, None] * svn + dvc[None, :] * svd,
+                     mask=kin[:, None] & (dvc < dv)[None, :], other=0.0)
+        pv = tl.dot(pc, vc.to(tl.float32), pv, input_precision="ieee")
+        rs16 = tl.dot(pc, ones, rs16, input_precision="ieee")
+    return pv, tl.max(rs16, axis=1)  # 16 equal columns
 
 
 # ------------------------------------------------------------------------------------------
@@ -521,7 +508,8 @@ def _round_bf16_kernel(X, Y, n, BLOCK: tl.constexpr):
 # shape and switch integers: one compiled variant for every shape (no value-1 or
 # divisible-by-16 specialisation, which would recompile per shape or per causal flag)
 _ENGINE_NO_SPEC = ("task0", "Hq", "group", "Lq", "Lk", "d", "dv", "Br", "Bc", "bc4", "nq", "nk",
-                   "ncs", "causal", "c_bits", "thr_bits")
+                   "ncs", "causal", "c_bits", "thr_bits", "nsub", "rsub", "plo_bits",
+                   "phi_bits", "zero")
 
 
 @triton.jit(do_not_specialize=_ENGINE_NO_SPEC)
@@ -530,49 +518,58 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
             sqz, sqh, sqm, sqd, skz, skh, skn, skd, svz, svh, svn, svd, smp, smm, smn,
             soz, soh, som, sod,
             task0, Hq, group, Lq, Lk, d, dv, Br, Bc, bc4, nq, nk, ncs, causal, c_bits,
-            thr_bits,
+            thr_bits, nsub, rsub, plo_bits, phi_bits, zero,
             BM: tl.constexpr, BN: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr,
             DV_FULL: tl.constexpr, DK: tl.constexpr, UNROLL: tl.constexpr,
             FLOW: tl.constexpr, EXP: tl.constexpr, PRE_HIF8: tl.constexpr, CRIT: tl.constexpr,
             MAX_ROUND: tl.constexpr, GRAN: tl.constexpr, ACC: tl.constexpr,
             HAS_MASK: tl.constexpr,
-            TRY_EXACT_QK: tl.constexpr, TRY_EXACT_PV: tl.constexpr, O_MEM: tl.constexpr):
-    """One program per (batch entry b, query tile qt) (online._engine's task loop body).
+            TRY_EXACT_QK: tl.constexpr, TRY_EXACT_PV: tl.constexpr, O_MEM: tl.constexpr,
+            PV_DOT: tl.constexpr):
+    """One program per (batch entry b, query tile qt, row block sub) (online._engine's task
+    loop body): rows ``sub * rsub ..`` of the query tile, all of them (``nsub = 1``) for E2E,
+    whose restart decision spans the tile; FA2 rows are independent, and every row block
+    visits the key tiles of the whole query tile (visibility, critical set, flags).
     ``O_MEM``: the O accumulator round-trips through OUT on every tile instead of living in
-    registers (same values; frees BM x DV registers for the dots of large tiles).
-    ``DV_FULL``: ``dv`` is a power of two (no column masks in the P v loop)."""
+    registers (same values; frees BM x DV registers).  ``DV_FULL``: ``dv`` is a power of two
+    (no column masks in the P v loop).  ``PV_DOT``: exact P v tiles by ``tl.dot`` over key
+    chunks instead of the fused outer-product loop (same values)."""
     pid = tl.program_id(0)
     task = task0 + pid
-    b = task // nq
-    qt = task % nq
+    sub = task % nsub
+    tq = task // nsub
+    b = tq // nq
+    qt = tq % nq
     qt = tl.where(causal != 0, nq - 1 - qt, qt)  # longest causal rows first: load balance
     z = b // Hq
     h = b % Hq
     hk = h // group
     bkv = z * (Hq // group) + hk
     i0 = qt * Br
-    nrow = tl.minimum(Br, Lq - i0)
+    ntile = tl.minimum(Br, Lq - i0)  # rows of the query tile
+    r0 = i0 + sub * rsub  # this program's first row
+    nrow = tl.minimum(rsub, i0 + ntile - r0)
     rows = tl.arange(0, BM)
     row_ok = rows < nrow
-    gi = i0 + rows
+    gi = r0 + rows
     jj = tl.arange(0, BN)
     dvc = tl.arange(0, DV_PAD)
     c = c_bits.to(tl.float32, bitcast=True)
     thr = thr_bits.to(tl.float32, bitcast=True)
-    q_ptr = Q + z.to(tl.int64) * sqz + h.to(tl.int64) * sqh + i0.to(tl.int64) * sqm
+    q_ptr = Q + z.to(tl.int64) * sqz + h.to(tl.int64) * sqh + r0.to(tl.int64) * sqm
     k_head = K + z.to(tl.int64) * skz + hk.to(tl.int64) * skh
     v_head = V + z.to(tl.int64) * svz + hk.to(tl.int64) * svh
     scr_ptr = SCR + pid.to(tl.int64) * (BM * BN)
     if HAS_MASK:
         plane = tl.load(MMAP + b).to(tl.int64)
-        m_ptr = MASK + plane * smp + i0.to(tl.int64) * smm
+        m_ptr = MASK + plane * smp + r0.to(tl.int64) * smm
         vis_base = (plane * nq + qt) * nk
     else:
         m_ptr = MASK
         vis_base = 0
-    lim = i0 + nrow - 1 + (Lk - Lq)  # the last row sees the most keys (causal)
+    lim = i0 + ntile - 1 + (Lk - Lq)  # the tile's last row sees the most keys (causal)
 
-    # ---- exact-product guard of this query tile (once)
+    # ---- exact-product guard of these query rows (once)
     if TRY_EXACT_QK:
         dq = tl.arange(0, D_PAD)
         qf = tl.load(q_ptr + rows[:, None] * sqm + dq[None, :] * sqd,
@@ -581,6 +578,8 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
     else:
         qlo = 0.0
         qhi = 0.0
+    plo = plo_bits.to(tl.float32, bitcast=True)
+    phi = phi_bits.to(tl.float32, bitcast=True)
 
     # ---- critical set (online._visit_order): the extra named tile
     extra = -1
@@ -596,10 +595,11 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
     l = tl.zeros((BM,), tl.float32)
     o = tl.zeros((BM, DV_PAD), tl.float32)
     rr = tl.zeros([], tl.int32)
-    o_base = OUT + z.to(tl.int64) * soz + h.to(tl.int64) * soh + i0.to(tl.int64) * som
+    o_base = OUT + z.to(tl.int64) * soz + h.to(tl.int64) * soh + r0.to(tl.int64) * som
+    o_ptrs = o_base + rows[:, None] * som + dvc[None, :] * sod
+    o_mask = row_ok[:, None] & (dvc < dv)[None, :]
     if O_MEM:  # O lives in this program's rows of OUT (fewer registers); loads follow barriers
-        tl.store(o_base + rows[:, None] * som + dvc[None, :] * sod, o,
-                 mask=row_ok[:, None] & (dvc < dv)[None, :])
+        tl.store(o_ptrs, o, mask=o_mask)
     fbase = (b.to(tl.int64) * nq + qt) * nk
     for vi in range(0, ncs + nk):
         t, visit, critical = _visit_order(vi, ncs, extra, CLIST, IN_LIST, VIS, vis_base,
@@ -646,30 +646,49 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
                 m = mn
                 flag = tl.zeros([], tl.int32)
             tl.store(FLAGS + fbase + t, flag.to(tl.int8))
-            # ---- P, row sums, P v
+            # ---- P, row sums, P v: P staged transposed in this program's scratch slice (a
+            # register tile has no dynamic column access); the barriers order the whole
+            # program's stores and loads
             p = _p_row(s, m, key_ok[None, :], EXP, TAB, PTAB)
-            if TRY_EXACT_PV:
-                fin = p < float("inf")  # finite (P >= 0; NaN and Inf products are exact)
-                pmax = tl.max(tl.where(fin, p, 0.0))
-                pmin = tl.min(tl.where(fin & (p > 0.0), p, float("inf")))
-                pv_exact = ((pmin * tl.load(gt + 2)) >= _TINY) & ((pmax * tl.load(gt + 3)) < _HUGE)
-            else:
-                pv_exact = False
+            tl.debug_barrier()  # the previous tile's loads of the scratch are done
+            tl.store(scr_ptr + jj[None, :] * BM + rows[:, None], p)
+            tl.debug_barrier()
             # keys up to ceil4(Bc) take part with P = 0, as in the CPU's padded pv_tile
             nkeys = tl.minimum(bc4, Lk - j0)
-            pv, rs = pv_tile(p, v_ptr, svn, svd, rows, jj, dvc, dv, nkeys, scr_ptr, pv_exact,
-                             TRY_EXACT_PV, BM, BN, DV_PAD, DV_FULL, DK, UNROLL)
+            # zero accumulators derived from m (bits & a runtime 0: not folded to a constant),
+            # so that the outer-product loop runs in the register layout of the dots (the
+            # QK dot's, which m inherits): a thread tile of 4 x 4 blocks with vector loads
+            # instead of Triton's default one column per thread
+            zr = _float(_bits(m) & zero.to(tl.uint32))
+            pv0 = tl.broadcast_to(zr[:, None], (BM, DV_PAD))
+            if TRY_EXACT_PV:
+                # every P is a table value (<= 4 significant bits, finite ones in
+                # [plo, phi]); NaN and Inf products are exact
+                pv_exact = ((plo * tl.load(gt + 2)) >= _TINY) & ((phi * tl.load(gt + 3)) < _HUGE)
+                if PV_DOT:
+                    if pv_exact:
+                        pv, rs = _pv_dot(v_ptr, svn, svd, rows, dvc, dv, nkeys, scr_ptr, BM,
+                                         DV_PAD, DK)
+                    else:
+                        pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr,
+                                           rows, BM, DV_FULL, UNROLL, False)
+                else:
+                    if pv_exact:
+                        pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr,
+                                           rows, BM, DV_FULL, UNROLL, True)
+                    else:
+                        pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr,
+                                           rows, BM, DV_FULL, UNROLL, False)
+            else:
+                pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr, rows, BM,
+                                   DV_FULL, UNROLL, False)
             l = _acc((l * alpha) + rs, ACC)
             if O_MEM:
-                o_ptrs = o_base + rows[:, None] * som + dvc[None, :] * sod
-                o_mask = row_ok[:, None] & (dvc < dv)[None, :]
                 o_old = tl.load(o_ptrs, mask=o_mask, other=0.0)
                 tl.store(o_ptrs, _acc((o_old * alpha[:, None]) + pv, ACC), mask=o_mask)
             else:
                 o = _acc((o * alpha[:, None]) + pv, ACC)
     tl.store(RR + task, rr)
-    o_ptrs = o_base + rows[:, None] * som + dvc[None, :] * sod
-    o_mask = row_ok[:, None] & (dvc < dv)[None, :]
     if O_MEM:
         tl.debug_barrier()  # the last tile's stores of O are visible to every thread
         o = tl.load(o_ptrs, mask=o_mask, other=0.0)
@@ -696,12 +715,23 @@ def _p_bits(table: np.ndarray) -> int:
     return int(24 - np.log2(low).astype(np.int64).min())
 
 
+def _p_range(table: np.ndarray) -> tuple:
+    """``(smallest, largest)`` magnitude of the finite non-zero float32 table values: bounds
+    of every finite non-zero P of a table exponential (1, 1 when there is none), for the
+    P v guard."""
+    f = np.abs(np.asarray(table, dtype=np.float32))
+    f = f[np.isfinite(f) & (f != 0)]
+    if f.size == 0:
+        return np.float32(1.0), np.float32(1.0)
+    return np.float32(f.min()), np.float32(f.max())
+
+
 _DEV_TABLES: dict = {}
 
 
 def device_tables(cfg: _cpu.EngineConfig, device):
-    """``(TAB int32[256], PTAB float32[4096], VTAB float32[4096], p_bits)`` on ``device`` for
-    ``cfg``, from the objects the CPU engine uses (:func:`online.byte_tables`, ``cfg.table``,
+    """``(TAB int32[256], PTAB float32[4096], VTAB float32[4096], p_bits, (p_lo, p_hi))`` on
+    ``device`` for ``cfg`` (:func:`_p_bits`, :func:`_p_range` of the table), from the objects the CPU engine uses (:func:`online.byte_tables`, ``cfg.table``,
     the HiF8 values); cached per (config tables, device)."""
     import torch
 
@@ -719,7 +749,7 @@ def device_tables(cfg: _cpu.EngineConfig, device):
     ptab = np.asarray(table, dtype=np.float32)[lut64]
     vtab = HIF8_VALUES.astype(np.float32)[lut64] if cfg.pre_hif8 else ptab
     out = tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device)
-                for a in (packed, ptab, vtab)) + (_p_bits(table),)
+                for a in (packed, ptab, vtab)) + (_p_bits(table), _p_range(table))
     _DEV_TABLES[key] = out
     return out
 
@@ -733,13 +763,17 @@ def _as4(x, what: str):
 
 
 def default_launch(BM: int, BN: int, DV_PAD: int) -> dict:
-    """Default ``num_warps`` / ``dk`` / ``unroll`` / ``o_mem`` for a tile shape (overridable by
-    keyword; results never depend on them).  Chosen from ptxas's register reports for sm_90
-    (docs/design.md, "GPU attention engine"), not from timings: about 16 tile elements per
-    thread and the smallest dot chunk keep spills at a few KiB; larger chunks or fewer warps
-    made ptxas fall back to 32 registers with tens of KiB of spills."""
+    """Default launch settings for a tile shape (overridable by keyword; results never depend
+    on them): ``num_warps``, ``dk`` (the dots' K chunk), ``unroll`` (keys per step of the
+    outer-product loop), ``o_mem`` (O in memory), ``rows`` (query rows per program for the
+    FA2 flows, a divisor of the tile: None = the whole tile), ``pv_dot`` (exact P v by
+    ``tl.dot`` rather than the fused outer-product loop), ``maxnreg`` (ptxas register cap:
+    without it ptxas chose 64 of the 128 registers 16 warps may have, and spilled).  See
+    docs/design.md, "GPU attention engine"."""
     big = BM * max(BN, DV_PAD)
-    return {"num_warps": max(4, min(16, big // 1024)), "dk": 16, "unroll": 4, "o_mem": False}
+    nw = max(4, min(16, big // 1024))
+    return {"num_warps": nw, "dk": 16, "unroll": 4, "o_mem": False, "rows": None,
+            "pv_dot": False, "maxnreg": min(255, 65536 // (32 * nw))}
 
 
 def round_bf16(x):
@@ -803,7 +837,9 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
                    block_q: int, block_k: int, cfg: _cpu.EngineConfig,
                    round_inputs_bf16: bool = False, exact_dots: bool = True,
                    num_warps: int | None = None, dk: int | None = None,
-                   unroll: int | None = None, o_mem: bool | None = None):
+                   unroll: int | None = None, o_mem: bool | None = None,
+                   rows: int | None = None, pv_dot: bool | None = None,
+                   maxnreg: int | None = None):
     """The engine on torch tensors of one device (a CUDA GPU, or CPU under the Triton
     interpreter); same meaning and results as :func:`lowprec.kernels.online.run_engine`.
 
@@ -824,8 +860,8 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
             with ``input_dtype="bfloat16"`` before calling the CPU engine).
         exact_dots: allow ``tl.dot`` where the guard proves every product exact (False: the
             outer-product loops everywhere; same results, slower; for tests).
-        num_warps, dk, unroll, o_mem: launch tuning (results do not depend on them):
-            :func:`default_launch` when None.
+        num_warps, dk, unroll, o_mem, rows, pv_dot, maxnreg: launch tuning (results do not
+            depend on them): :func:`default_launch` when None.
 
     Returns:
         ``(out, flags, row_restarts)``: float32 ``(B, Lq, dv)`` or ``(Z, Hq, Lq, dv)``;
@@ -888,11 +924,13 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
         return _launch(q4, k4, v4, out, flags, shape_out, crit_list, scale=scale,
                        causal=causal, mask=mask, mask_map=mask_map, Br=Br, Bc=Bc, nq=nq, nk=nk,
                        cfg=cfg, round_inputs_bf16=round_inputs_bf16, exact_dots=exact_dots,
-                       num_warps=num_warps, dk=dk, unroll=unroll, o_mem=o_mem)
+                       num_warps=num_warps, dk=dk, unroll=unroll, o_mem=o_mem, rows=rows,
+                       pv_dot=pv_dot, maxnreg=maxnreg)
 
 
 def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask, mask_map,
-            Br, Bc, nq, nk, cfg, round_inputs_bf16, exact_dots, num_warps, dk, unroll, o_mem):
+            Br, Bc, nq, nk, cfg, round_inputs_bf16, exact_dots, num_warps, dk, unroll, o_mem,
+            rows, pv_dot, maxnreg):
     """The launches of :func:`run_engine_gpu` (validated arguments, 4-d inputs, outputs
     allocated, under the device guard)."""
     import torch
@@ -904,23 +942,32 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
     if round_inputs_bf16:
         q4, k4, v4 = round_bf16(q4), round_bf16(k4), round_bf16(v4)
 
-    BM, BN = _np2(Br), _np2(Bc)
+    BQ, BN = _np2(Br), _np2(Bc)  # register tiles of a whole query tile and a key tile
     D_PAD, DV_PAD = _np2(d), _np2(dv)
+    # row blocks: FA2 rows are independent (E2E's restart decision spans the query tile)
+    rsub = Br
+    if cfg.flow == _cpu.FA2:
+        rq = default_launch(BQ, BN, DV_PAD)["rows"] if rows is None else rows
+        rsub = max(1, min(Br, int(rq or Br)))
+    nsub = -(-Br // rsub)
+    BM = _np2(rsub)
     tune = default_launch(BM, BN, DV_PAD)
     nw = int(num_warps or tune["num_warps"])
     DK = min(D_PAD, int(dk or tune["dk"]))
     UNROLL = int(unroll or tune["unroll"])
     O_MEM = bool(tune["o_mem"] if o_mem is None else o_mem)
+    PV_DOT = bool(tune["pv_dot"] if pv_dot is None else pv_dot)
+    mreg = tune["maxnreg"] if maxnreg is None else maxnreg
     if DK < 16 or DK & (DK - 1):
         raise ValueError(f"dk must be a power of two >= 16, got {DK}")
-    tab, ptab, vtab, p_bits = device_tables(cfg, dev)
+    tab, ptab, vtab, p_bits, (p_lo, p_hi) = device_tables(cfg, dev)
     try_pv = cfg.exp == _cpu.EXP_TABLE and p_bits <= _P_BITS_MAX
     c_bits = int(np.float32(scale * math.log2(math.e)).view(np.int32))  # rounded once
     thr_bits = int(np.float32(cfg.thr).view(np.int32))
     i32 = torch.int32
 
     # ---- pre-passes: mask visibility per (plane, query tile), guard values per key tile
-    pre_warps = 8 if BN * max(BM, D_PAD, DV_PAD) >= 16384 else 4  # whole tiles in registers
+    pre_warps = 8 if BN * max(BQ, D_PAD, DV_PAD) >= 16384 else 4  # whole tiles in registers
     has_mask = mask is not None
     if has_mask:
         if mask.dtype != torch.float32 or mask.dim() != 3 or tuple(mask.shape[1:]) != (Lq, Lk):
@@ -937,7 +984,7 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
         M = mask.shape[0]
         vis = torch.empty((M, nq, nk), dtype=torch.int8, device=dev)
         _visible_tiles[(M * nq,)](mask, vis, *mask.stride(), Lq, Lk, Br, Bc, nq, nk,
-                                  CAUSAL=bool(causal), BM=BM, BN=BN, num_warps=pre_warps,
+                                  CAUSAL=bool(causal), BM=BQ, BN=BN, num_warps=pre_warps,
                                   **LAUNCH_OPTS)
         mask_arg, mstr = mask, mask.stride()
     else:
@@ -958,10 +1005,13 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
     in_list = torch.zeros(max(nk, 1), dtype=i32, device=dev)
     if cfg.crit == _cpu.CRIT_LIST:
         in_list[torch.tensor(crit_list, dtype=torch.int64, device=dev)] = 1
-    rr = torch.zeros(B * nq, dtype=i32, device=dev)
+    rr = torch.zeros(B * nq * nsub, dtype=i32, device=dev)
+    plo_bits = int(np.float32(p_lo).view(np.int32))
+    phi_bits = int(np.float32(p_hi).view(np.int32))
+    extra = {} if _interpreting() or not mreg else {"maxnreg": int(mreg)}
 
     # ---- the engine, in parts so that the scratch buffer stays bounded
-    ntask = B * nq
+    ntask = B * nq * nsub
     per = max(1, min(ntask, SCRATCH_BYTES // (BM * BN * 4)))
     scr = torch.empty((per, BM * BN), dtype=torch.float32, device=dev)
     for task0 in range(0, ntask, per):
@@ -971,14 +1021,14 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
             out, flags, rr,
             *q4.stride(), *k4.stride(), *v4.stride(), *mstr, *out.stride(),
             task0, Hq, Hq // Hkv, Lq, Lk, d, dv, Br, Bc, -(-Bc // 4) * 4, nq, nk, ncs,
-            int(bool(causal)), c_bits, thr_bits,
+            int(bool(causal)), c_bits, thr_bits, nsub, rsub, plo_bits, phi_bits, 0,
             BM=BM, BN=BN, D_PAD=D_PAD, DV_PAD=DV_PAD, DV_FULL=DV_PAD == dv, DK=DK, UNROLL=UNROLL,
             FLOW=int(cfg.flow), EXP=int(cfg.exp), PRE_HIF8=bool(cfg.pre_hif8),
             CRIT=int(cfg.crit), MAX_ROUND=int(cfg.max_round), GRAN=int(cfg.gran),
             ACC=int(cfg.acc), HAS_MASK=has_mask,
             TRY_EXACT_QK=bool(exact_dots), TRY_EXACT_PV=bool(try_pv and exact_dots), O_MEM=O_MEM,
-            num_warps=nw, **LAUNCH_OPTS)
-    row_restarts = rr.view(B, nq).sum(dim=1, dtype=torch.int64)
+            PV_DOT=PV_DOT, num_warps=nw, **extra, **LAUNCH_OPTS)
+    row_restarts = rr.view(B, nq * nsub).sum(dim=1, dtype=torch.int64)
     return out.view(shape_out), flags, row_restarts
 
 
