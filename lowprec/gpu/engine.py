@@ -292,9 +292,22 @@ def _qk_outer(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d,
 
 
 @triton.jit
+def _qk_chunk(acc, k0, q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d,
+              DK: tl.constexpr):
+    """One DK chunk of the exact q k^T dot."""
+    dk = tl.arange(0, DK)
+    dmask = (k0 + dk) < d
+    a = tl.load(q_ptr + rows[:, None] * sqm + (k0 + dk)[None, :] * sqd,
+                mask=row_ok[:, None] & dmask[None, :], other=0.0)
+    bt = tl.load(k_ptr + jj[None, :] * skn + (k0 + dk)[:, None] * skd,
+                 mask=key_ok[None, :] & dmask[:, None], other=0.0)
+    return tl.dot(a.to(tl.float32), bt.to(tl.float32), acc, input_precision="ieee")
+
+
+@triton.jit
 def qk_tile(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d, exact,
             TRY_EXACT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DK: tl.constexpr,
-            UNROLL: tl.constexpr):
+            UNROLL: tl.constexpr, STAGES: tl.constexpr):
     """The dot products of a tile, in the CPU's order (kernels._gemm.qk_tile): chained
     ``tl.dot(ieee)`` over chunks of DK when ``exact`` (every product exact, so FMA = unfused),
     the outer-product loop otherwise.  Masked d columns and keys are zeros:
@@ -302,14 +315,14 @@ def qk_tile(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d, exact
     if TRY_EXACT:
         if exact:
             acc = tl.zeros((BM, BN), tl.float32)
-            dk = tl.arange(0, DK)
-            for k0 in range(0, d, DK):
-                dmask = (k0 + dk) < d
-                a = tl.load(q_ptr + rows[:, None] * sqm + (k0 + dk)[None, :] * sqd,
-                            mask=row_ok[:, None] & dmask[None, :], other=0.0)
-                bt = tl.load(k_ptr + jj[None, :] * skn + (k0 + dk)[:, None] * skd,
-                             mask=key_ok[None, :] & dmask[:, None], other=0.0)
-                acc = tl.dot(a.to(tl.float32), bt.to(tl.float32), acc, input_precision="ieee")
+            if STAGES > 0:
+                for k0 in tl.range(0, d, DK, num_stages=STAGES):
+                    acc = _qk_chunk(acc, k0, q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok,
+                                    jj, key_ok, d, DK)
+            else:
+                for k0 in range(0, d, DK):
+                    acc = _qk_chunk(acc, k0, q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok,
+                                    jj, key_ok, d, DK)
         else:
             acc = _qk_outer(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d,
                             BM, BN, UNROLL)
@@ -340,15 +353,22 @@ def _pv_key(pv, rs, j, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM: tl.constexpr
 
 @triton.jit
 def _pv_outer(pv, rs, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr, rows, BM: tl.constexpr,
-              DV_FULL: tl.constexpr, UNROLL: tl.constexpr, FUSED: tl.constexpr):
+              DV_FULL: tl.constexpr, UNROLL: tl.constexpr, FUSED: tl.constexpr,
+              STAGES: tl.constexpr):
     """``(P v, rowsum P)`` of a tile by outer products from the staged P^T, keys ascending
     from the given zero accumulators (whose register layout the caller picks); UNROLL keys per
     step, then the remainder one by one (no masked loads in the hot loop)."""
     n_main = nkeys - nkeys % UNROLL
-    for j0 in range(0, n_main, UNROLL):
-        for u in tl.static_range(UNROLL):
-            pv, rs = _pv_key(pv, rs, j0 + u, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM,
-                             DV_FULL, FUSED)
+    if STAGES > 0:
+        for j0 in tl.range(0, n_main, UNROLL, num_stages=STAGES):
+            for u in tl.static_range(UNROLL):
+                pv, rs = _pv_key(pv, rs, j0 + u, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM,
+                                 DV_FULL, FUSED)
+    else:
+        for j0 in range(0, n_main, UNROLL):
+            for u in tl.static_range(UNROLL):
+                pv, rs = _pv_key(pv, rs, j0 + u, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM,
+                                 DV_FULL, FUSED)
     for j in range(n_main, nkeys):
         pv, rs = _pv_key(pv, rs, j, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM, DV_FULL,
                          FUSED)
@@ -525,7 +545,7 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
             MAX_ROUND: tl.constexpr, GRAN: tl.constexpr, ACC: tl.constexpr,
             HAS_MASK: tl.constexpr,
             TRY_EXACT_QK: tl.constexpr, TRY_EXACT_PV: tl.constexpr, O_MEM: tl.constexpr,
-            PV_DOT: tl.constexpr):
+            PV_DOT: tl.constexpr, PV_STAGES: tl.constexpr, QK_STAGES: tl.constexpr):
     """One program per (batch entry b, query tile qt, row block sub) (online._engine's task
     loop body): rows ``sub * rsub ..`` of the query tile, all of them (``nsub = 1``) for E2E,
     whose restart decision spans the tile; FA2 rows are independent, and every row block
@@ -617,7 +637,7 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
             else:
                 qk_exact = False
             s = qk_tile(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d,
-                        qk_exact, TRY_EXACT_QK, BM, BN, DK, UNROLL)
+                        qk_exact, TRY_EXACT_QK, BM, BN, DK, UNROLL, QK_STAGES)
             jlim = tl.where(causal != 0,
                             tl.maximum(0, tl.minimum(ncol, gi + (Lk - Lq) - j0 + 1)), ncol)
             jmask = jj[None, :] < jlim[:, None]
@@ -671,17 +691,17 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
                                          DV_PAD, DK)
                     else:
                         pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr,
-                                           rows, BM, DV_FULL, UNROLL, False)
+                                           rows, BM, DV_FULL, UNROLL, False, PV_STAGES)
                 else:
                     if pv_exact:
                         pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr,
-                                           rows, BM, DV_FULL, UNROLL, True)
+                                           rows, BM, DV_FULL, UNROLL, True, PV_STAGES)
                     else:
                         pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr,
-                                           rows, BM, DV_FULL, UNROLL, False)
+                                           rows, BM, DV_FULL, UNROLL, False, PV_STAGES)
             else:
                 pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr, rows, BM,
-                                   DV_FULL, UNROLL, False)
+                                   DV_FULL, UNROLL, False, PV_STAGES)
             l = _acc((l * alpha) + rs, ACC)
             if O_MEM:
                 o_old = tl.load(o_ptrs, mask=o_mask, other=0.0)
@@ -773,7 +793,8 @@ def default_launch(BM: int, BN: int, DV_PAD: int) -> dict:
     big = BM * max(BN, DV_PAD)
     nw = max(4, min(16, big // 1024))
     return {"num_warps": nw, "dk": 16, "unroll": 4, "o_mem": False, "rows": None,
-            "pv_dot": False, "maxnreg": min(255, 65536 // (32 * nw))}
+            "pv_dot": False, "maxnreg": min(255, 65536 // (32 * nw)), "pv_stages": 0,
+            "qk_stages": 0}
 
 
 def round_bf16(x):
@@ -839,7 +860,8 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
                    num_warps: int | None = None, dk: int | None = None,
                    unroll: int | None = None, o_mem: bool | None = None,
                    rows: int | None = None, pv_dot: bool | None = None,
-                   maxnreg: int | None = None):
+                   maxnreg: int | None = None, pv_stages: int | None = None,
+                   qk_stages: int | None = None):
     """The engine on torch tensors of one device (a CUDA GPU, or CPU under the Triton
     interpreter); same meaning and results as :func:`lowprec.kernels.online.run_engine`.
 
@@ -925,12 +947,13 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
                        causal=causal, mask=mask, mask_map=mask_map, Br=Br, Bc=Bc, nq=nq, nk=nk,
                        cfg=cfg, round_inputs_bf16=round_inputs_bf16, exact_dots=exact_dots,
                        num_warps=num_warps, dk=dk, unroll=unroll, o_mem=o_mem, rows=rows,
-                       pv_dot=pv_dot, maxnreg=maxnreg)
+                       pv_dot=pv_dot, maxnreg=maxnreg, pv_stages=pv_stages,
+                       qk_stages=qk_stages)
 
 
 def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask, mask_map,
             Br, Bc, nq, nk, cfg, round_inputs_bf16, exact_dots, num_warps, dk, unroll, o_mem,
-            rows, pv_dot, maxnreg):
+            rows, pv_dot, maxnreg, pv_stages, qk_stages):
     """The launches of :func:`run_engine_gpu` (validated arguments, 4-d inputs, outputs
     allocated, under the device guard)."""
     import torch
@@ -958,6 +981,8 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
     O_MEM = bool(tune["o_mem"] if o_mem is None else o_mem)
     PV_DOT = bool(tune["pv_dot"] if pv_dot is None else pv_dot)
     mreg = tune["maxnreg"] if maxnreg is None else maxnreg
+    PV_ST, QK_ST = int(tune["pv_stages"] if pv_stages is None else pv_stages), \
+        int(tune["qk_stages"] if qk_stages is None else qk_stages)
     if DK < 16 or DK & (DK - 1):
         raise ValueError(f"dk must be a power of two >= 16, got {DK}")
     tab, ptab, vtab, p_bits, (p_lo, p_hi) = device_tables(cfg, dev)
@@ -1027,7 +1052,8 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
             CRIT=int(cfg.crit), MAX_ROUND=int(cfg.max_round), GRAN=int(cfg.gran),
             ACC=int(cfg.acc), HAS_MASK=has_mask,
             TRY_EXACT_QK=bool(exact_dots), TRY_EXACT_PV=bool(try_pv and exact_dots), O_MEM=O_MEM,
-            PV_DOT=PV_DOT, num_warps=nw, **extra, **LAUNCH_OPTS)
+            PV_DOT=PV_DOT, PV_STAGES=PV_ST, QK_STAGES=QK_ST, num_warps=nw, **extra,
+            **LAUNCH_OPTS)
     row_restarts = rr.view(B, nq * nsub).sum(dim=1, dtype=torch.int64)
     return out.view(shape_out), flags, row_restarts
 
