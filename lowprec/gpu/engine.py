@@ -271,129 +271,80 @@ def _magnitude_range(x, LOW: tl.constexpr):
 
 
 # ------------------------------------------------------------------------------------------
-# tile products (kernels._gemm): sequential over the reduction index, one rounding per
-# multiply and per add.  Both exact paths are runtime loops over chunks of DK (a dot's code is
-# unrolled over its K: short chunks keep the kernel small and quick to compile).
+# tile products (kernels._gemm): sequential over the reduction index from 0, one rounding per
+# multiply and per add, as outer products ``acc = fl(acc + fl(a[:, kk] b[kk, :]))``, kk
+# ascending; with ``FUSED`` one ``fma`` per term, equal whenever every product is exact (the
+# per-tile guard).  The operands stream from memory one reduction step at a time (a column of
+# the left factor, a row of the right one, both contiguous float32 laid out by the pre-passes),
+# so each thread keeps only its accumulator block and a few operands in registers: the loop
+# runs in the register layout of the accumulator it is given (the caller's, from a dot).
 
 
 @triton.jit
-def _qk_outer(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d,
-              BM: tl.constexpr, BN: tl.constexpr, UNROLL: tl.constexpr):
-    """``S = q k^T`` by outer products: ``acc = fl(acc + fl(q[:, kk] k[:, kk]))``, kk ascending
-    (exact for any float32 inputs)."""
-    acc = tl.zeros((BM, BN), tl.float32)
-    for k0 in range(0, d, UNROLL):
-        for u in tl.static_range(UNROLL):
-            kk = k0 + u
-            a = tl.load(q_ptr + rows * sqm + kk * sqd, mask=row_ok & (kk < d), other=0.0)
-            b = tl.load(k_ptr + jj * skn + kk * skd, mask=key_ok & (kk < d), other=0.0)
-            acc = acc + a.to(tl.float32)[:, None] * b.to(tl.float32)[None, :]
-    return acc
-
-
-@triton.jit
-def _qk_chunk(acc, k0, q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d,
-              DK: tl.constexpr):
-    """One DK chunk of the exact q k^T dot."""
-    dk = tl.arange(0, DK)
-    dmask = (k0 + dk) < d
-    a = tl.load(q_ptr + rows[:, None] * sqm + (k0 + dk)[None, :] * sqd,
-                mask=row_ok[:, None] & dmask[None, :], other=0.0)
-    bt = tl.load(k_ptr + jj[None, :] * skn + (k0 + dk)[:, None] * skd,
-                 mask=key_ok[None, :] & dmask[:, None], other=0.0)
-    return tl.dot(a.to(tl.float32), bt.to(tl.float32), acc, input_precision="ieee")
-
-
-@triton.jit
-def qk_tile(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d, exact,
-            TRY_EXACT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DK: tl.constexpr,
-            UNROLL: tl.constexpr, STAGES: tl.constexpr):
-    """The dot products of a tile, in the CPU's order (kernels._gemm.qk_tile): chained
-    ``tl.dot(ieee)`` over chunks of DK when ``exact`` (every product exact, so FMA = unfused),
-    the outer-product loop otherwise.  Masked d columns and keys are zeros:
-    ``fma(0, 0, acc) = acc`` (acc is never -0)."""
-    if TRY_EXACT:
-        if exact:
-            acc = tl.zeros((BM, BN), tl.float32)
-            if STAGES > 0:
-                for k0 in tl.range(0, d, DK, num_stages=STAGES):
-                    acc = _qk_chunk(acc, k0, q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok,
-                                    jj, key_ok, d, DK)
-            else:
-                for k0 in range(0, d, DK):
-                    acc = _qk_chunk(acc, k0, q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok,
-                                    jj, key_ok, d, DK)
-        else:
-            acc = _qk_outer(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d,
-                            BM, BN, UNROLL)
-    else:
-        acc = _qk_outer(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d,
-                        BM, BN, UNROLL)
-    return acc
-
-
-@triton.jit
-def _pv_key(pv, rs, j, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM: tl.constexpr,
-            DV_FULL: tl.constexpr, FUSED: tl.constexpr):
-    """Key ``j`` of :func:`_pv_outer`: ``pv = fl(pv + fl(P[:, j] v[j]))``, ``rs = fl(rs +
-    P[:, j])`` (``FUSED``: one ``fma``, equal when every product is exact).  No key mask:
-    ``j`` is a key of the tile, inside v and the scratch; only the padded v columns when
-    ``dv`` is not a power of two."""
-    pc = tl.load(scr_ptr + j * BM + rows)
-    if DV_FULL:
-        vr = tl.load(v_ptr + j * svn + dvc * svd)
-    else:
-        vr = tl.load(v_ptr + j * svn + dvc * svd, mask=dvc < dv, other=0.0)
+def _outer_step(acc, kk, a_ptr, b_ptr, ra, rb, SA: tl.constexpr, SB: tl.constexpr,
+                FUSED: tl.constexpr):
+    """``acc + a[:, kk] b[kk, :]`` with ``a[:, kk]`` at ``a_ptr + kk * SA + ra`` and
+    ``b[kk, :]`` at ``b_ptr + kk * SB + rb``."""
+    a = tl.load(a_ptr + kk * SA + ra)
+    b = tl.load(b_ptr + kk * SB + rb)
     if FUSED:
-        pv = tl.fma(pc[:, None], vr.to(tl.float32)[None, :], pv)
+        return tl.fma(a[:, None], b[None, :], acc)
     else:
-        pv = pv + pc[:, None] * vr.to(tl.float32)[None, :]
+        return acc + a[:, None] * b[None, :]
+
+
+@triton.jit
+def qk_tile(acc, q_ptr, k_ptr, d, rows, jj, BM: tl.constexpr, BN: tl.constexpr,
+            UK: tl.constexpr, STAGES: tl.constexpr, FUSED: tl.constexpr):
+    """``S = q k^T`` of a tile (kernels._gemm.qk_tile) from the zero accumulator ``acc``:
+    ``q_ptr`` the program's q^T block ``[d, BM]``, ``k_ptr`` the key tile's k^T ``[d, BN]``;
+    UK steps of d per iteration (``STAGES`` > 0: software-pipelined through shared memory),
+    the remainder one by one."""
+    n_main = d - d % UK
+    if STAGES > 0:
+        for k0 in tl.range(0, n_main, UK, num_stages=STAGES):
+            for u in tl.static_range(UK):
+                acc = _outer_step(acc, k0 + u, q_ptr, k_ptr, rows, jj, BM, BN, FUSED)
+    else:
+        for k0 in range(0, n_main, UK):
+            for u in tl.static_range(UK):
+                acc = _outer_step(acc, k0 + u, q_ptr, k_ptr, rows, jj, BM, BN, FUSED)
+    for kk in range(n_main, d):
+        acc = _outer_step(acc, kk, q_ptr, k_ptr, rows, jj, BM, BN, FUSED)
+    return acc
+
+
+@triton.jit
+def _pv_step(pv, rs, j, p_ptr, v_ptr, rows, dvc, BM: tl.constexpr, DV_PAD: tl.constexpr,
+             FUSED: tl.constexpr):
+    """Key ``j`` of :func:`pv_tile`, the row sum too: ``rs = fl(rs + P[:, j])``."""
+    pc = tl.load(p_ptr + j * BM + rows)
+    vr = tl.load(v_ptr + j * DV_PAD + dvc)
+    if FUSED:
+        pv = tl.fma(pc[:, None], vr[None, :], pv)
+    else:
+        pv = pv + pc[:, None] * vr[None, :]
     return pv, rs + pc
 
 
 @triton.jit
-def _pv_outer(pv, rs, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr, rows, BM: tl.constexpr,
-              DV_FULL: tl.constexpr, UNROLL: tl.constexpr, FUSED: tl.constexpr,
-              STAGES: tl.constexpr):
-    """``(P v, rowsum P)`` of a tile by outer products from the staged P^T, keys ascending
-    from the given zero accumulators (whose register layout the caller picks); UNROLL keys per
-    step, then the remainder one by one (no masked loads in the hot loop)."""
+def pv_tile(pv, rs, p_ptr, v_ptr, nkeys, rows, dvc, BM: tl.constexpr, DV_PAD: tl.constexpr,
+            UNROLL: tl.constexpr, STAGES: tl.constexpr, FUSED: tl.constexpr):
+    """``(P v, rowsum P)`` of a tile (kernels._gemm.pv_tile with v's column of ones) from
+    the zero accumulators ``pv``, ``rs``: ``p_ptr`` the staged P^T ``[BN, BM]``, ``v_ptr`` the
+    key tile's float32 v ``[BN, DV_PAD]``; keys ``j < nkeys``, UNROLL per iteration."""
     n_main = nkeys - nkeys % UNROLL
     if STAGES > 0:
         for j0 in tl.range(0, n_main, UNROLL, num_stages=STAGES):
             for u in tl.static_range(UNROLL):
-                pv, rs = _pv_key(pv, rs, j0 + u, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM,
-                                 DV_FULL, FUSED)
+                pv, rs = _pv_step(pv, rs, j0 + u, p_ptr, v_ptr, rows, dvc, BM, DV_PAD, FUSED)
     else:
         for j0 in range(0, n_main, UNROLL):
             for u in tl.static_range(UNROLL):
-                pv, rs = _pv_key(pv, rs, j0 + u, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM,
-                                 DV_FULL, FUSED)
+                pv, rs = _pv_step(pv, rs, j0 + u, p_ptr, v_ptr, rows, dvc, BM, DV_PAD, FUSED)
     for j in range(n_main, nkeys):
-        pv, rs = _pv_key(pv, rs, j, v_ptr, svn, svd, dvc, dv, scr_ptr, rows, BM, DV_FULL,
-                         FUSED)
+        pv, rs = _pv_step(pv, rs, j, p_ptr, v_ptr, rows, dvc, BM, DV_PAD, FUSED)
     return pv, rs
-
-
-@triton.jit
-def _pv_dot(v_ptr, svn, svd, rows, dvc, dv, nkeys, scr_ptr, BM: tl.constexpr,
-            DV_PAD: tl.constexpr, DK: tl.constexpr):
-    """``(P v, rowsum P)`` of a tile by ``tl.dot(ieee)`` chained over key chunks of DK from
-    the staged P^T (every product exact), the row sum as a dot with ones (``P * 1`` is always
-    exact)."""
-    kc = tl.arange(0, DK)
-    pv = tl.zeros((BM, DV_PAD), tl.float32)
-    rs16 = tl.zeros((BM, 16), tl.float32)  # 16: tl.dot's smallest N
-    ones = tl.full((DK, 16), 1.0, tl.float32)
-    for c0 in range(0, nkeys, DK):
-        kin = (c0 + kc) < nkeys
-        pc = tl.load(scr_ptr + (c0 + kc)[None, :] * BM + rows[:, None],
-                     mask=kin[None, :], other=0.0)
-        vc = tl.load(v_ptr + (c0 + kc)[:, None] * svn + dvc[None, :] * svd,
-                     mask=kin[:, None] & (dvc < dv)[None, :], other=0.0)
-        pv = tl.dot(pc, vc.to(tl.float32), pv, input_precision="ieee")
-        rs16 = tl.dot(pc, ones, rs16, input_precision="ieee")
-    return pv, tl.max(rs16, axis=1)  # 16 equal columns
 
 
 # ------------------------------------------------------------------------------------------
@@ -476,36 +427,78 @@ def _visible_tiles(MASK, VIS, smp, smm, smn, Lq, Lk, Br, Bc, nq, nk,
 
 
 @triton.jit
-def _tile_guard(K, V, G, skz, skh, skn, skd, svz, svh, svn, svd, Hkv, Lk, d, dv, Bc, nk,
-                BN: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr,
-                LOW_K: tl.constexpr, LOW_V: tl.constexpr):
-    """Exact-product guard pre-pass, one program per (key/value head, key tile):
-    ``G[.., t] = (min |k|, max |k|, min |v|, max |v|)`` (see :func:`_magnitude_range`), shared
-    by every query tile and every query head of a GQA group."""
+def _prep_q(Q, QT, QG, sqz, sqh, sqm, sqd, Hq, Lq, d, Br, nq, nsub, rsub,
+            BQ: tl.constexpr, BM: tl.constexpr, D_PAD: tl.constexpr, ROUND: tl.constexpr,
+            LOW: tl.constexpr):
+    """q pre-pass, one program per (batch entry, query tile): the tile's q as float32
+    (bfloat16-rounded first when ``ROUND``), transposed per row block, ``QT[(b, qt, sub), kk,
+    r] = q[b, qt * Br + sub * rsub + r, kk]`` (zeros beyond Lq), and the tile's magnitude range
+    ``QG[b, qt] = (min |q|, max |q|)`` for the exact-product guard (:func:`_magnitude_range`)."""
+    pid = tl.program_id(0)
+    b = pid // nq
+    qt = pid % nq
+    z = b // Hq
+    h = b % Hq
+    i0 = qt * Br
+    rows = tl.arange(0, BQ)
+    dq = tl.arange(0, D_PAD)
+    nrow = tl.minimum(Br, Lq - i0)
+    ok = (rows < nrow)[:, None] & (dq < d)[None, :]
+    qb = Q + z.to(tl.int64) * sqz + h.to(tl.int64) * sqh + i0.to(tl.int64) * sqm
+    x = tl.load(qb + rows[:, None] * sqm + dq[None, :] * sqd, mask=ok, other=0.0)
+    x = x.to(tl.float32)
+    if ROUND:
+        x = _round_bf16(x)
+    lo, hi = _magnitude_range(x, LOW)
+    tl.store(QG + pid * 2, lo)
+    tl.store(QG + pid * 2 + 1, hi)
+    sub = rows // rsub
+    dst = (QT + (pid.to(tl.int64) * nsub + sub[:, None]) * (d * BM) + dq[None, :] * BM
+           + (rows - sub * rsub)[:, None])
+    tl.store(dst, x, mask=(rows < Br)[:, None] & (dq < d)[None, :])
+
+
+@triton.jit
+def _prep_kv(K, V, KT, VF, G, skz, skh, skn, skd, svz, svh, svn, svd, Hkv, Lk, d, dv, Bc, nk,
+             BN: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr, ROUND: tl.constexpr,
+             LOW_K: tl.constexpr, LOW_V: tl.constexpr):
+    """k/v pre-pass, one program per (key/value head, key tile), shared by every query tile
+    and every query head of a GQA group: the tile as float32 (bfloat16-rounded first when
+    ``ROUND``), ``KT[(bkv, t), kk, jj] = k[j0 + jj, kk]`` (k^T) and ``VF[(bkv, t), jj, c] =
+    v[j0 + jj, c]`` for every ``jj < BN`` (keys of the next tile included: the CPU's P v runs
+    up to ceil4(block_k) keys; zeros beyond Lk and dv), and the guard values ``G[(bkv, t)] =
+    (min |k|, max |k|, min |v|, max |v|)`` of the tile's own keys (:func:`_magnitude_range`)."""
     pid = tl.program_id(0)
     bkv = pid // nk
     t = pid % nk
     z = bkv // Hkv
     h = bkv % Hkv
     j0 = t * Bc
-    ncol = tl.minimum(Bc, Lk - j0)
     jj = tl.arange(0, BN)
-    key_ok = jj < ncol
+    in_l = (j0 + jj) < Lk
+    own = jj < Bc
     dc = tl.arange(0, D_PAD)
     kb = K + z.to(tl.int64) * skz + h.to(tl.int64) * skh + j0.to(tl.int64) * skn
     kt = tl.load(kb + jj[:, None] * skn + dc[None, :] * skd,
-                 mask=key_ok[:, None] & (dc < d)[None, :], other=0.0).to(tl.float32)
-    klo, khi = _magnitude_range(kt, LOW_K)
+                 mask=in_l[:, None] & (dc < d)[None, :], other=0.0).to(tl.float32)
     dvc = tl.arange(0, DV_PAD)
     vb = V + z.to(tl.int64) * svz + h.to(tl.int64) * svh + j0.to(tl.int64) * svn
     vt = tl.load(vb + jj[:, None] * svn + dvc[None, :] * svd,
-                 mask=key_ok[:, None] & (dvc < dv)[None, :], other=0.0).to(tl.float32)
-    vlo, vhi = _magnitude_range(vt, LOW_V)
+                 mask=in_l[:, None] & (dvc < dv)[None, :], other=0.0).to(tl.float32)
+    if ROUND:
+        kt = _round_bf16(kt)
+        vt = _round_bf16(vt)
+    klo, khi = _magnitude_range(tl.where(own[:, None], kt, 0.0), LOW_K)
+    vlo, vhi = _magnitude_range(tl.where(own[:, None], vt, 0.0), LOW_V)
     g = G + pid.to(tl.int64) * 4
     tl.store(g, klo)
     tl.store(g + 1, khi)
     tl.store(g + 2, vlo)
     tl.store(g + 3, vhi)
+    tile = pid.to(tl.int64)
+    tl.store(KT + tile * (d * BN) + dc[None, :] * BN + jj[:, None], kt,
+             mask=(dc < d)[None, :] & (jj >= 0)[:, None])
+    tl.store(VF + tile * (BN * DV_PAD) + jj[:, None] * DV_PAD + dvc[None, :], vt)
 
 
 @triton.jit
@@ -529,31 +522,29 @@ def _round_bf16_kernel(X, Y, n, BLOCK: tl.constexpr):
 # divisible-by-16 specialisation, which would recompile per shape or per causal flag)
 _ENGINE_NO_SPEC = ("task0", "Hq", "group", "Lq", "Lk", "d", "dv", "Br", "Bc", "bc4", "nq", "nk",
                    "ncs", "causal", "c_bits", "thr_bits", "nsub", "rsub", "plo_bits",
-                   "phi_bits", "zero")
+                   "phi_bits")
 
 
 @triton.jit(do_not_specialize=_ENGINE_NO_SPEC)
-def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
+def _engine(QT, KT, VF, QG, G, MASK, MMAP, VIS, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
             OUT, FLAGS, RR,
-            sqz, sqh, sqm, sqd, skz, skh, skn, skd, svz, svh, svn, svd, smp, smm, smn,
-            soz, soh, som, sod,
+            smp, smm, smn, soz, soh, som, sod,
             task0, Hq, group, Lq, Lk, d, dv, Br, Bc, bc4, nq, nk, ncs, causal, c_bits,
-            thr_bits, nsub, rsub, plo_bits, phi_bits, zero,
-            BM: tl.constexpr, BN: tl.constexpr, D_PAD: tl.constexpr, DV_PAD: tl.constexpr,
-            DV_FULL: tl.constexpr, DK: tl.constexpr, UNROLL: tl.constexpr,
-            FLOW: tl.constexpr, EXP: tl.constexpr, PRE_HIF8: tl.constexpr, CRIT: tl.constexpr,
-            MAX_ROUND: tl.constexpr, GRAN: tl.constexpr, ACC: tl.constexpr,
-            HAS_MASK: tl.constexpr,
+            thr_bits, nsub, rsub, plo_bits, phi_bits,
+            BM: tl.constexpr, BN: tl.constexpr, DV_PAD: tl.constexpr, UK: tl.constexpr,
+            UNROLL: tl.constexpr, FLOW: tl.constexpr, EXP: tl.constexpr,
+            PRE_HIF8: tl.constexpr, CRIT: tl.constexpr, MAX_ROUND: tl.constexpr,
+            GRAN: tl.constexpr, ACC: tl.constexpr, HAS_MASK: tl.constexpr,
             TRY_EXACT_QK: tl.constexpr, TRY_EXACT_PV: tl.constexpr, O_MEM: tl.constexpr,
-            PV_DOT: tl.constexpr, PV_STAGES: tl.constexpr, QK_STAGES: tl.constexpr):
+            QK_STAGES: tl.constexpr, PV_STAGES: tl.constexpr):
     """One program per (batch entry b, query tile qt, row block sub) (online._engine's task
     loop body): rows ``sub * rsub ..`` of the query tile, all of them (``nsub = 1``) for E2E,
     whose restart decision spans the tile; FA2 rows are independent, and every row block
-    visits the key tiles of the whole query tile (visibility, critical set, flags).
-    ``O_MEM``: the O accumulator round-trips through OUT on every tile instead of living in
-    registers (same values; frees BM x DV registers).  ``DV_FULL``: ``dv`` is a power of two
-    (no column masks in the P v loop).  ``PV_DOT``: exact P v tiles by ``tl.dot`` over key
-    chunks instead of the fused outer-product loop (same values)."""
+    visits the key tiles of the whole query tile (visibility, critical set, flags).  q, k, v
+    come from the pre-passes (:func:`_prep_q`, :func:`_prep_kv`): float32, transposed where a
+    product streams them, one block per (row block) / (key tile).  ``O_MEM``: the O
+    accumulator round-trips through OUT on every tile instead of living in registers (same
+    values; frees BM x DV registers)."""
     pid = tl.program_id(0)
     task = task0 + pid
     sub = task % nsub
@@ -576,9 +567,7 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
     dvc = tl.arange(0, DV_PAD)
     c = c_bits.to(tl.float32, bitcast=True)
     thr = thr_bits.to(tl.float32, bitcast=True)
-    q_ptr = Q + z.to(tl.int64) * sqz + h.to(tl.int64) * sqh + r0.to(tl.int64) * sqm
-    k_head = K + z.to(tl.int64) * skz + hk.to(tl.int64) * skh
-    v_head = V + z.to(tl.int64) * svz + hk.to(tl.int64) * svh
+    q_ptr = QT + ((b.to(tl.int64) * nq + qt) * nsub + sub) * (d * BM)
     scr_ptr = SCR + pid.to(tl.int64) * (BM * BN)
     if HAS_MASK:
         plane = tl.load(MMAP + b).to(tl.int64)
@@ -588,18 +577,19 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
         m_ptr = MASK
         vis_base = 0
     lim = i0 + ntile - 1 + (Lk - Lq)  # the tile's last row sees the most keys (causal)
-
-    # ---- exact-product guard of these query rows (once)
-    if TRY_EXACT_QK:
-        dq = tl.arange(0, D_PAD)
-        qf = tl.load(q_ptr + rows[:, None] * sqm + dq[None, :] * sqd,
-                     mask=row_ok[:, None] & (dq < d)[None, :], other=0.0).to(tl.float32)
-        qlo, qhi = _magnitude_range(qf, _LOW_QK)
-    else:
-        qlo = 0.0
-        qhi = 0.0
+    if TRY_EXACT_QK:  # the query tile's magnitudes for the exact-product guard
+        qlo = tl.load(QG + (b * nq + qt) * 2)
+        qhi = tl.load(QG + (b * nq + qt) * 2 + 1)
     plo = plo_bits.to(tl.float32, bitcast=True)
     phi = phi_bits.to(tl.float32, bitcast=True)
+    # zero accumulators in the register layout of a dot (4 x 4 blocks per thread, the lanes
+    # of a warp along the columns): the products' loops, hence S, P, O and the row vectors,
+    # run in it (Triton's default layout gives each thread one column: a load per product)
+    zs = tl.dot(tl.zeros((BM, 16), tl.float32), tl.zeros((16, BN), tl.float32),
+                input_precision="ieee")
+    zv = tl.dot(tl.zeros((BM, 16), tl.float32), tl.zeros((16, DV_PAD), tl.float32),
+                input_precision="ieee")
+    zr = tl.max(zv, axis=1)
 
     # ---- critical set (online._visit_order): the extra named tile
     extra = -1
@@ -611,9 +601,9 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
         key = tl.minimum(Lk - 1, lim)
         extra = tl.where(key >= 0, key // tl.maximum(Bc, 1), -1)
 
-    m = tl.full((BM,), float("-inf"), tl.float32)
-    l = tl.zeros((BM,), tl.float32)
-    o = tl.zeros((BM, DV_PAD), tl.float32)
+    m = zr + float("-inf")
+    l = zr
+    o = zv
     rr = tl.zeros([], tl.int32)
     o_base = OUT + z.to(tl.int64) * soz + h.to(tl.int64) * soh + r0.to(tl.int64) * som
     o_ptrs = o_base + rows[:, None] * som + dvc[None, :] * sod
@@ -628,16 +618,19 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
             j0 = t * Bc
             ncol = tl.minimum(Bc, Lk - j0)
             key_ok = jj < ncol
-            k_ptr = k_head + j0.to(tl.int64) * skn
-            v_ptr = v_head + j0.to(tl.int64) * svn
-            gt = G + (bkv.to(tl.int64) * nk + t) * 4
+            tile = bkv.to(tl.int64) * nk + t
+            k_ptr = KT + tile * (d * BN)
+            v_ptr = VF + tile * (BN * DV_PAD)
+            gt = G + tile * 4
             # ---- scores S = fl(dot * c) (+ fl(mask * log2 e)), -inf where masked
             if TRY_EXACT_QK:
                 qk_exact = ((qlo * tl.load(gt)) >= _TINY) & ((qhi * tl.load(gt + 1)) < _HUGE)
+                if qk_exact:
+                    s = qk_tile(zs, q_ptr, k_ptr, d, rows, jj, BM, BN, UK, QK_STAGES, True)
+                else:
+                    s = qk_tile(zs, q_ptr, k_ptr, d, rows, jj, BM, BN, UK, QK_STAGES, False)
             else:
-                qk_exact = False
-            s = qk_tile(q_ptr, k_ptr, sqm, sqd, skn, skd, rows, row_ok, jj, key_ok, d,
-                        qk_exact, TRY_EXACT_QK, BM, BN, DK, UNROLL, QK_STAGES)
+                s = qk_tile(zs, q_ptr, k_ptr, d, rows, jj, BM, BN, UK, QK_STAGES, False)
             jlim = tl.where(causal != 0,
                             tl.maximum(0, tl.minimum(ncol, gi + (Lk - Lq) - j0 + 1)), ncol)
             jmask = jj[None, :] < jlim[:, None]
@@ -675,33 +668,19 @@ def _engine(Q, K, V, MASK, MMAP, VIS, G, TAB, PTAB, VTAB, CLIST, IN_LIST, SCR,
             tl.debug_barrier()
             # keys up to ceil4(Bc) take part with P = 0, as in the CPU's padded pv_tile
             nkeys = tl.minimum(bc4, Lk - j0)
-            # zero accumulators derived from m (bits & a runtime 0: not folded to a constant),
-            # so that the outer-product loop runs in the register layout of the dots (the
-            # QK dot's, which m inherits): a thread tile of 4 x 4 blocks with vector loads
-            # instead of Triton's default one column per thread
-            zr = _float(_bits(m) & zero.to(tl.uint32))
-            pv0 = tl.broadcast_to(zr[:, None], (BM, DV_PAD))
             if TRY_EXACT_PV:
                 # every P is a table value (<= 4 significant bits, finite ones in
                 # [plo, phi]); NaN and Inf products are exact
                 pv_exact = ((plo * tl.load(gt + 2)) >= _TINY) & ((phi * tl.load(gt + 3)) < _HUGE)
-                if PV_DOT:
-                    if pv_exact:
-                        pv, rs = _pv_dot(v_ptr, svn, svd, rows, dvc, dv, nkeys, scr_ptr, BM,
-                                         DV_PAD, DK)
-                    else:
-                        pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr,
-                                           rows, BM, DV_FULL, UNROLL, False, PV_STAGES)
+                if pv_exact:
+                    pv, rs = pv_tile(zv, zr, scr_ptr, v_ptr, nkeys, rows, dvc, BM, DV_PAD,
+                                     UNROLL, PV_STAGES, True)
                 else:
-                    if pv_exact:
-                        pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr,
-                                           rows, BM, DV_FULL, UNROLL, True, PV_STAGES)
-                    else:
-                        pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr,
-                                           rows, BM, DV_FULL, UNROLL, False, PV_STAGES)
+                    pv, rs = pv_tile(zv, zr, scr_ptr, v_ptr, nkeys, rows, dvc, BM, DV_PAD,
+                                     UNROLL, PV_STAGES, False)
             else:
-                pv, rs = _pv_outer(pv0, zr, v_ptr, svn, svd, dvc, dv, nkeys, scr_ptr, rows, BM,
-                                   DV_FULL, UNROLL, False, PV_STAGES)
+                pv, rs = pv_tile(zv, zr, scr_ptr, v_ptr, nkeys, rows, dvc, BM, DV_PAD, UNROLL,
+                                 PV_STAGES, False)
             l = _acc((l * alpha) + rs, ACC)
             if O_MEM:
                 o_old = tl.load(o_ptrs, mask=o_mask, other=0.0)
@@ -784,17 +763,16 @@ def _as4(x, what: str):
 
 def default_launch(BM: int, BN: int, DV_PAD: int) -> dict:
     """Default launch settings for a tile shape (overridable by keyword; results never depend
-    on them): ``num_warps``, ``dk`` (the dots' K chunk), ``unroll`` (keys per step of the
-    outer-product loop), ``o_mem`` (O in memory), ``rows`` (query rows per program for the
-    FA2 flows, a divisor of the tile: None = the whole tile), ``pv_dot`` (exact P v by
-    ``tl.dot`` rather than the fused outer-product loop), ``maxnreg`` (ptxas register cap:
-    without it ptxas chose 64 of the 128 registers 16 warps may have, and spilled).  See
-    docs/design.md, "GPU attention engine"."""
+    on them): ``num_warps``; ``dk`` and ``unroll``, the steps of d (q k^T) and keys (P v) per
+    iteration of the product loops; ``o_mem`` (O in memory); ``rows``, query rows per program
+    for the FA2 flows (None: the whole tile); ``maxnreg``, the ptxas register cap (without
+    it ptxas chose 64 of the 128 registers 16 warps may have, and spilled); ``qk_stages`` and
+    ``pv_stages``, software pipelining of the product loops' loads through shared memory (0:
+    none).  See docs/design.md, "GPU attention engine"."""
     big = BM * max(BN, DV_PAD)
     nw = max(4, min(16, big // 1024))
-    return {"num_warps": nw, "dk": 16, "unroll": 4, "o_mem": False, "rows": None,
-            "pv_dot": False, "maxnreg": min(255, 65536 // (32 * nw)), "pv_stages": 0,
-            "qk_stages": 0}
+    return {"num_warps": nw, "dk": 4, "unroll": 4, "o_mem": False, "rows": None,
+            "maxnreg": min(255, 65536 // (32 * nw)), "qk_stages": 0, "pv_stages": 0}
 
 
 def round_bf16(x):
@@ -816,13 +794,28 @@ def round_bf16(x):
 
 @contextlib.contextmanager
 def sequential_interpreter_dot(counter: dict | None = None):
-    """Within the context, the Triton interpreter's ``tl.dot`` computes what the GPU's
-    ``tl.dot(input_precision="ieee")`` computes whenever every product is exact (the only
-    place the engine uses it): ``acc = fl(acc + fl(a_k b_k))``, k ascending.  (The
-    interpreter's own dot is NumPy's matmul, in BLAS order.)  Every product is checked to be
-    exact (AssertionError otherwise), so the engine's guard is verified on each dot it lets
-    through; ``counter["n"]`` counts the dots.  For tests and ``--device cpu`` checks only."""
+    """Within the context, the Triton interpreter's fused operations compute what the GPU's
+    compute whenever every product is exact (the only place the engine fuses): ``tl.fma`` as
+    ``fl(c + fl(a b))`` (what the interpreter does anyway) and ``tl.dot`` (the engine's
+    layout anchors, on zeros) as ``acc = fl(acc + fl(a_k b_k))``, k ascending (the
+    interpreter's own dot is NumPy's matmul, in BLAS order).  Every product is checked to be
+    exact (AssertionError otherwise), so the engine's guard is verified on each fused
+    operation it lets through; ``counter["n"]`` counts the fused operations with a non-zero
+    operand.  For tests and ``--device cpu`` checks only."""
     from triton.runtime import interpreter as ti
+
+    def exact_products(A, Bm):
+        with np.errstate(invalid="ignore", over="ignore"):
+            p32 = A * Bm
+            p64 = A.astype(np.float64) * Bm.astype(np.float64)
+        ok = (p32.astype(np.float64) == p64) | (np.isnan(p32) & np.isnan(p64))
+        if not ok.all():
+            raise AssertionError("a fused multiply-add was given an inexact product")
+        return p32
+
+    def count(*arrays):
+        if counter is not None and any(np.any(x != 0) for x in arrays):
+            counter["n"] = counter.get("n", 0) + 1
 
     def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         A = a.data.astype(np.float32)
@@ -830,22 +823,24 @@ def sequential_interpreter_dot(counter: dict | None = None):
         acc = d.data.astype(np.float32).copy()
         with np.errstate(invalid="ignore", over="ignore"):
             for kk in range(A.shape[-1]):
-                p32 = A[:, kk, None] * Bm[None, kk, :]
-                p64 = A[:, kk, None].astype(np.float64) * Bm[None, kk, :].astype(np.float64)
-                exact = (p32.astype(np.float64) == p64) | (np.isnan(p32) & np.isnan(p64))
-                if not exact.all():
-                    raise AssertionError("tl.dot was given an inexact product")
-                acc = acc + p32
-        if counter is not None:
-            counter["n"] = counter.get("n", 0) + 1
+                acc = acc + exact_products(A[:, kk, None], Bm[None, kk, :])
+        count(A, Bm)
         return ti.TensorHandle(acc, d.dtype.scalar)
 
-    orig = ti.InterpreterBuilder.create_dot
+    def fma(self, x, y, z):
+        X, Y = x.data.astype(np.float32), y.data.astype(np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            r = exact_products(X, Y) + z.data.astype(np.float32)
+        count(X, Y)
+        return ti.TensorHandle(r.astype(np.float32), z.dtype.scalar)
+
+    orig = ti.InterpreterBuilder.create_dot, ti.InterpreterBuilder.create_fma
     ti.InterpreterBuilder.create_dot = dot
+    ti.InterpreterBuilder.create_fma = fma
     try:
         yield
     finally:
-        ti.InterpreterBuilder.create_dot = orig
+        ti.InterpreterBuilder.create_dot, ti.InterpreterBuilder.create_fma = orig
 
 
 def _interpreting() -> bool:
@@ -859,9 +854,8 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
                    round_inputs_bf16: bool = False, exact_dots: bool = True,
                    num_warps: int | None = None, dk: int | None = None,
                    unroll: int | None = None, o_mem: bool | None = None,
-                   rows: int | None = None, pv_dot: bool | None = None,
-                   maxnreg: int | None = None, pv_stages: int | None = None,
-                   qk_stages: int | None = None):
+                   rows: int | None = None, maxnreg: int | None = None,
+                   pv_stages: int | None = None, qk_stages: int | None = None):
     """The engine on torch tensors of one device (a CUDA GPU, or CPU under the Triton
     interpreter); same meaning and results as :func:`lowprec.kernels.online.run_engine`.
 
@@ -882,8 +876,8 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
             with ``input_dtype="bfloat16"`` before calling the CPU engine).
         exact_dots: allow ``tl.dot`` where the guard proves every product exact (False: the
             outer-product loops everywhere; same results, slower; for tests).
-        num_warps, dk, unroll, o_mem, rows, pv_dot, maxnreg: launch tuning (results do not
-            depend on them): :func:`default_launch` when None.
+        num_warps, dk, unroll, o_mem, rows, maxnreg, qk_stages, pv_stages: launch tuning
+            (results do not depend on them): :func:`default_launch` when None.
 
     Returns:
         ``(out, flags, row_restarts)``: float32 ``(B, Lq, dv)`` or ``(Z, Hq, Lq, dv)``;
@@ -947,13 +941,12 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
                        causal=causal, mask=mask, mask_map=mask_map, Br=Br, Bc=Bc, nq=nq, nk=nk,
                        cfg=cfg, round_inputs_bf16=round_inputs_bf16, exact_dots=exact_dots,
                        num_warps=num_warps, dk=dk, unroll=unroll, o_mem=o_mem, rows=rows,
-                       pv_dot=pv_dot, maxnreg=maxnreg, pv_stages=pv_stages,
-                       qk_stages=qk_stages)
+                       maxnreg=maxnreg, pv_stages=pv_stages, qk_stages=qk_stages)
 
 
 def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask, mask_map,
             Br, Bc, nq, nk, cfg, round_inputs_bf16, exact_dots, num_warps, dk, unroll, o_mem,
-            rows, pv_dot, maxnreg, pv_stages, qk_stages):
+            rows, maxnreg, pv_stages, qk_stages):
     """The launches of :func:`run_engine_gpu` (validated arguments, 4-d inputs, outputs
     allocated, under the device guard)."""
     import torch
@@ -962,9 +955,6 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
     Z, Hq, Lq, d = q4.shape
     Hkv, Lk, dv = k4.shape[1], k4.shape[2], v4.shape[3]
     B = Z * Hq
-    if round_inputs_bf16:
-        q4, k4, v4 = round_bf16(q4), round_bf16(k4), round_bf16(v4)
-
     BQ, BN = _np2(Br), _np2(Bc)  # register tiles of a whole query tile and a key tile
     D_PAD, DV_PAD = _np2(d), _np2(dv)
     # row blocks: FA2 rows are independent (E2E's restart decision spans the query tile)
@@ -976,22 +966,23 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
     BM = _np2(rsub)
     tune = default_launch(BM, BN, DV_PAD)
     nw = int(num_warps or tune["num_warps"])
-    DK = min(D_PAD, int(dk or tune["dk"]))
+    UK = int(dk or tune["dk"])
     UNROLL = int(unroll or tune["unroll"])
     O_MEM = bool(tune["o_mem"] if o_mem is None else o_mem)
-    PV_DOT = bool(tune["pv_dot"] if pv_dot is None else pv_dot)
     mreg = tune["maxnreg"] if maxnreg is None else maxnreg
-    PV_ST, QK_ST = int(tune["pv_stages"] if pv_stages is None else pv_stages), \
-        int(tune["qk_stages"] if qk_stages is None else qk_stages)
-    if DK < 16 or DK & (DK - 1):
-        raise ValueError(f"dk must be a power of two >= 16, got {DK}")
+    PV_ST = int(tune["pv_stages"] if pv_stages is None else pv_stages)
+    QK_ST = int(tune["qk_stages"] if qk_stages is None else qk_stages)
+    if UK < 1 or UNROLL < 1:
+        raise ValueError(f"dk and unroll must be positive, got {UK}, {UNROLL}")
     tab, ptab, vtab, p_bits, (p_lo, p_hi) = device_tables(cfg, dev)
     try_pv = cfg.exp == _cpu.EXP_TABLE and p_bits <= _P_BITS_MAX
     c_bits = int(np.float32(scale * math.log2(math.e)).view(np.int32))  # rounded once
     thr_bits = int(np.float32(cfg.thr).view(np.int32))
-    i32 = torch.int32
+    i32, f32 = torch.int32, torch.float32
+    rnd = bool(round_inputs_bf16)
 
-    # ---- pre-passes: mask visibility per (plane, query tile), guard values per key tile
+    # ---- pre-passes: mask visibility per (plane, query tile); q, k, v as float32 blocks
+    # (transposed where a product streams them) with the guard's magnitudes
     pre_warps = 8 if BN * max(BQ, D_PAD, DV_PAD) >= 16384 else 4  # whole tiles in registers
     has_mask = mask is not None
     if has_mask:
@@ -1015,16 +1006,22 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
     else:
         mmap = torch.zeros(1, dtype=i32, device=dev)
         vis = torch.zeros(1, dtype=torch.int8, device=dev)
-        mask_arg, mstr = torch.zeros(1, dtype=torch.float32, device=dev), (0, 0, 0)
+        mask_arg, mstr = torch.zeros(1, dtype=f32, device=dev), (0, 0, 0)
     Bkv = Z * Hkv
-    if exact_dots:
-        guard = torch.empty((Bkv, nk, 4), dtype=torch.float32, device=dev)
-        _tile_guard[(Bkv * nk,)](k4, v4, guard, *k4.stride(), *v4.stride(), Hkv, Lk, d, dv,
-                                 Bc, nk, BN=BN, D_PAD=D_PAD, DV_PAD=DV_PAD,
-                                 LOW_K=_LOW_QK.value, LOW_V=_LOW_V.value,
-                                 num_warps=pre_warps, **LAUNCH_OPTS)
-    else:
-        guard = torch.zeros(1, dtype=torch.float32, device=dev)  # never read
+    # slots past a row block's rows are never stored: zeros (read, then ignored)
+    qt_buf = (torch.zeros if nsub * BM != Br else torch.empty)((B * nq * nsub, d, BM),
+                                                                dtype=f32, device=dev)
+    qg = torch.empty((B * nq, 2), dtype=f32, device=dev)
+    _prep_q[(B * nq,)](q4, qt_buf, qg, *q4.stride(), Hq, Lq, d, Br, nq, nsub, rsub, BQ=BQ,
+                       BM=BM, D_PAD=D_PAD, ROUND=rnd, LOW=_LOW_QK.value, num_warps=pre_warps,
+                       **LAUNCH_OPTS)
+    kt_buf = torch.empty((Bkv * nk, d, BN), dtype=f32, device=dev)
+    vf_buf = torch.empty((Bkv * nk, BN, DV_PAD), dtype=f32, device=dev)
+    guard = torch.empty((Bkv * nk, 4), dtype=f32, device=dev)
+    _prep_kv[(Bkv * nk,)](k4, v4, kt_buf, vf_buf, guard, *k4.stride(), *v4.stride(), Hkv, Lk,
+                          d, dv, Bc, nk, BN=BN, D_PAD=D_PAD, DV_PAD=DV_PAD, ROUND=rnd,
+                          LOW_K=_LOW_QK.value, LOW_V=_LOW_V.value, num_warps=pre_warps,
+                          **LAUNCH_OPTS)
     ncs = {int(_cpu.CRIT_NONE): 0, int(_cpu.CRIT_LIST): len(crit_list)}.get(int(cfg.crit), 2)
     cl = torch.tensor(crit_list or [0], dtype=i32, device=dev)
     in_list = torch.zeros(max(nk, 1), dtype=i32, device=dev)
@@ -1038,26 +1035,22 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
     # ---- the engine, in parts so that the scratch buffer stays bounded
     ntask = B * nq * nsub
     per = max(1, min(ntask, SCRATCH_BYTES // (BM * BN * 4)))
-    scr = torch.empty((per, BM * BN), dtype=torch.float32, device=dev)
+    scr = torch.empty((per, BN * BM), dtype=f32, device=dev)
     for task0 in range(0, ntask, per):
         n = min(per, ntask - task0)
         _engine[(n,)](
-            q4, k4, v4, mask_arg, mmap, vis, guard, tab, ptab, vtab, cl, in_list, scr,
-            out, flags, rr,
-            *q4.stride(), *k4.stride(), *v4.stride(), *mstr, *out.stride(),
+            qt_buf, kt_buf, vf_buf, qg, guard, mask_arg, mmap, vis, tab, ptab, vtab, cl,
+            in_list, scr, out, flags, rr, *mstr, *out.stride(),
             task0, Hq, Hq // Hkv, Lq, Lk, d, dv, Br, Bc, -(-Bc // 4) * 4, nq, nk, ncs,
-            int(bool(causal)), c_bits, thr_bits, nsub, rsub, plo_bits, phi_bits, 0,
-            BM=BM, BN=BN, D_PAD=D_PAD, DV_PAD=DV_PAD, DV_FULL=DV_PAD == dv, DK=DK, UNROLL=UNROLL,
+            int(bool(causal)), c_bits, thr_bits, nsub, rsub, plo_bits, phi_bits,
+            BM=BM, BN=BN, DV_PAD=DV_PAD, UK=UK, UNROLL=UNROLL,
             FLOW=int(cfg.flow), EXP=int(cfg.exp), PRE_HIF8=bool(cfg.pre_hif8),
             CRIT=int(cfg.crit), MAX_ROUND=int(cfg.max_round), GRAN=int(cfg.gran),
             ACC=int(cfg.acc), HAS_MASK=has_mask,
             TRY_EXACT_QK=bool(exact_dots), TRY_EXACT_PV=bool(try_pv and exact_dots), O_MEM=O_MEM,
-            PV_DOT=PV_DOT, PV_STAGES=PV_ST, QK_STAGES=QK_ST, num_warps=nw, **extra,
-            **LAUNCH_OPTS)
+            QK_STAGES=QK_ST, PV_STAGES=PV_ST, num_warps=nw, **extra, **LAUNCH_OPTS)
     row_restarts = rr.view(B, nq * nsub).sum(dim=1, dtype=torch.int64)
     return out.view(shape_out), flags, row_restarts
-
-
 
 
 __all__ = ["run_engine_gpu", "round_bf16", "device_tables", "default_launch", "LAUNCH_OPTS",
