@@ -9,9 +9,10 @@ instructions that break bit-exactness (specs/gpu.md section 2):
   double followed by ``setp.lt.f32 .., 0f408FF000``: a flushed subnormal pattern is below the
   bound either way), ``cvt`` with ``sat``, float rounding ``cvt.rni/rpi/rmi`` to float,
   tensor-core ``mma``/``wgmma`` (their accumulation order is not the sequential one);
-* ``fma.rn.f32`` anywhere but in the exact ``tl.dot`` products: the count must equal the dots'
-  multiply-adds (``BM*BN*DK + BM*DV*DK`` per thread share; the row-sum dot with ones folds to
-  adds) and be 0 when the exact dots are switched off.
+* ``fma.rn.f32`` anywhere but in the fused product loops (``tl.fma``, run only on tiles whose
+  products the guard proves exact): the count must equal their multiply-adds (per thread
+  share of ``BM*BN`` times ``UK + 1`` for q k^T, of ``BM*DV`` times ``UNROLL + 1`` for P v)
+  and be 0 when the exact products are switched off.
 
 Also catches what the interpreter accepts and the compiler rejects.  Must run WITHOUT
 ``TRITON_INTERPRET`` (the kernels have to be JIT functions): the test runs it in a subprocess.
@@ -27,11 +28,10 @@ import re
 import sys
 import time
 
-# fma.rn.f32 per thread of a dot (M, N, K) with num_warps warps
-_FMA_PTR = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "MASK": "*fp32", "MMAP": "*i32",
-            "VIS": "*i8", "G": "*fp32", "TAB": "*i32", "PTAB": "*fp32", "VTAB": "*fp32",
-            "CLIST": "*i32", "IN_LIST": "*i32", "SCR": "*fp32", "OUT": "*fp32", "FLAGS": "*i8",
-            "RR": "*i32"}
+_FMA_PTR = {"QT": "*fp32", "KT": "*fp32", "VF": "*fp32", "QG": "*fp32", "G": "*fp32",
+            "MASK": "*fp32", "MMAP": "*i32", "VIS": "*i8", "TAB": "*i32", "PTAB": "*fp32",
+            "VTAB": "*fp32", "CLIST": "*i32", "IN_LIST": "*i32", "SCR": "*fp32", "OUT": "*fp32",
+            "FLAGS": "*i8", "RR": "*i32"}
 _FORBIDDEN = re.compile(r"\b(div\.full\S*|\S+\.approx\S*|cvt\S*sat\S*|cvt\.r[npm]i\.f\S*"
                         r"|w?mma\.\S*)")
 _LIBDEVICE_EXP2_TEST = "0f408FF000"  # libdevice exp2's |hi word| range bound
@@ -42,39 +42,36 @@ def variants(full: bool = False) -> list[dict]:
     the large tiles the GPU uses by default, which take seconds each)."""
     from lowprec.kernels import online as o
 
-    base = dict(BM=32, BN=32, D_PAD=32, DV_PAD=32, DV_FULL=True, DK=16, UNROLL=4, FLOW=o.FA2,
-                EXP=o.EXP_FLOAT, PRE_HIF8=False, CRIT=o.CRIT_NONE, MAX_ROUND=o.ROUND_RINT,
-                GRAN=o.GRAN_TILE, ACC=o.ACC_F32, HAS_MASK=False,
-                TRY_EXACT_QK=True, TRY_EXACT_PV=False, O_MEM=False)
+    base = dict(BM=32, BN=32, DV_PAD=32, UK=4, UNROLL=4, FLOW=o.FA2, EXP=o.EXP_FLOAT,
+                PRE_HIF8=False, CRIT=o.CRIT_NONE, MAX_ROUND=o.ROUND_RINT, GRAN=o.GRAN_TILE,
+                ACC=o.ACC_F32, HAS_MASK=False, TRY_EXACT_QK=True, TRY_EXACT_PV=False,
+                O_MEM=False, QK_STAGES=0, PV_STAGES=0)
     table = dict(EXP=o.EXP_TABLE, TRY_EXACT_PV=True)
     e2e = dict(table, FLOW=o.E2E, CRIT=o.CRIT_FIRST)
     out = [
-        ("flash", {}, "fp32"),
-        ("flash mask", dict(HAS_MASK=True), "fp32"),
-        ("default bf16", {}, "bf16"),
-        ("exp2_table", table, "bf16"),
-        ("exp2_table mask acc16", dict(table, HAS_MASK=True, ACC=o.ACC_F16), "bf16"),
-        ("naive_e2e", dict(table, PRE_HIF8=True), "bf16"),
-        ("e2e first", e2e, "bf16"),
-        ("e2e first O in memory", dict(e2e, O_MEM=True), "bf16"),
+        ("flash", {}),
+        ("flash mask", dict(HAS_MASK=True)),
+        ("exp2_table", table),
+        ("exp2_table mask acc16", dict(table, HAS_MASK=True, ACC=o.ACC_F16)),
+        ("naive_e2e", dict(table, PRE_HIF8=True)),
+        ("e2e first", e2e),
+        ("e2e first O in memory", dict(e2e, O_MEM=True)),
         ("e2e first+last mask ceil", dict(e2e, CRIT=o.CRIT_FIRST_LAST, HAS_MASK=True,
-                                          MAX_ROUND=o.ROUND_CEIL), "bf16"),
+                                          MAX_ROUND=o.ROUND_CEIL)),
         ("e2e first+diag row bf16acc", dict(e2e, CRIT=o.CRIT_FIRST_DIAG, GRAN=o.GRAN_ROW,
-                                            ACC=o.ACC_BF16), "fp16"),
-        ("e2e list fp32 inputs", dict(e2e, CRIT=o.CRIT_LIST), "fp32"),
-        ("e2e no exact dots", dict(e2e, TRY_EXACT_QK=False, TRY_EXACT_PV=False), "bf16"),
-        ("flash no exact dots", dict(TRY_EXACT_QK=False), "fp32"),
-        ("flash dv not a power of two", dict(DV_FULL=False), "fp32"),
+                                            ACC=o.ACC_BF16)),
+        ("e2e list", dict(e2e, CRIT=o.CRIT_LIST)),
+        ("e2e no exact products", dict(e2e, TRY_EXACT_QK=False, TRY_EXACT_PV=False)),
+        ("flash no exact products", dict(TRY_EXACT_QK=False)),
+        ("e2e pipelined, unroll 8", dict(e2e, QK_STAGES=2, PV_STAGES=2, UK=8, UNROLL=8)),
+        ("flash dv 16", dict(DV_PAD=16)),
     ]
-    res = [dict(name=n, const=dict(base, **c), dtype=dt, num_warps=4) for n, c, dt in out]
+    res = [dict(name=n, const=dict(base, **c), num_warps=4) for n, c in out]
     if full:
-        big = dict(BM=128, BN=128, D_PAD=128, DV_PAD=128, DK=16)  # the default launch
-        big_e2e = dict(base, **e2e, **big, O_MEM=True)
-        res += [dict(name="flash 128", const=dict(base, **big), dtype="bf16",
-                     num_warps=16),
-                dict(name="e2e 128", const=big_e2e, dtype="bf16", num_warps=16),
-                dict(name="e2e 64", const=dict(base, **e2e, BM=64, BN=64, D_PAD=128,
-                                               DV_PAD=128, DK=32), dtype="bf16", num_warps=8)]
+        big = dict(BM=128, BN=128, DV_PAD=128, UK=8, UNROLL=8)  # the default launch
+        res += [dict(name="flash 128", const=dict(base, **big), num_warps=16),
+                dict(name="e2e 128", const=dict(base, **e2e, **big), num_warps=16),
+                dict(name="flash 64 rows", const=dict(base, **big, BM=64), num_warps=8)]
     return res
 
 
@@ -92,13 +89,15 @@ def compile_ptx(fn, const: dict, ptrs: dict, num_warps: int, target=(90, 32)) ->
 
 
 def expected_fma(const: dict, num_warps: int) -> set:
-    """Allowed ``fma.rn.f32`` counts: those of the exact dots (with the row-sum dot folded to
-    adds, or not)."""
+    """Allowed ``fma.rn.f32`` counts: those of the fused product loops, run only on tiles
+    whose products the guard proves exact (``UK`` or ``UNROLL`` steps per iteration and a
+    one-step remainder loop; the dot layout anchors multiply constant zeros, which LLVM
+    folds away)."""
     per = 32 * num_warps
-    qk = const["BM"] * const["BN"] * const["DK"] // per if const["TRY_EXACT_QK"] else 0
-    pv = const["BM"] * const["DV_PAD"] * const["DK"] // per if const["TRY_EXACT_PV"] else 0
-    ones = const["BM"] * 16 * const["DK"] // per if const["TRY_EXACT_PV"] else 0
-    return {qk + pv, qk + pv + ones}
+    qk = (const["UK"] + 1) * const["BM"] * const["BN"] // per if const["TRY_EXACT_QK"] else 0
+    pv = ((const["UNROLL"] + 1) * const["BM"] * const["DV_PAD"] // per
+          if const["TRY_EXACT_PV"] else 0)
+    return {qk + pv}
 
 
 def scan(ptx: str) -> list[str]:
@@ -131,11 +130,8 @@ def kernel_ptx_checks(full: bool = False) -> list[dict]:
         raise RuntimeError("the kernels are not JIT functions: unset TRITON_INTERPRET")
     results = []
     for var in variants(full):
-        ptrs = dict(_FMA_PTR)
-        for a in ("Q", "K", "V"):
-            ptrs[a] = "*" + var["dtype"]
         t0 = time.time()
-        ptx = compile_ptx(ge._engine, var["const"], ptrs, var["num_warps"])
+        ptx = compile_ptx(ge._engine, var["const"], _FMA_PTR, var["num_warps"])
         fma = len(re.findall(r"^\s*fma\.rn\.f32\b", ptx, re.M))
         findings = scan(ptx)
         want = expected_fma(var["const"], var["num_warps"])
@@ -145,9 +141,11 @@ def kernel_ptx_checks(full: bool = False) -> list[dict]:
                             fma=fma, findings=findings))
     pre = [
         (ge._visible_tiles, dict(CAUSAL=True, BM=32, BN=32), {"MASK": "*fp32", "VIS": "*i8"}),
-        (ge._tile_guard, dict(BN=32, D_PAD=32, DV_PAD=32, LOW_K=ge._LOW_QK.value,
-                              LOW_V=ge._LOW_V.value), {"K": "*fp16", "V": "*fp32",
-                                                       "G": "*fp32"}),
+        (ge._prep_q, dict(BQ=32, BM=16, D_PAD=32, ROUND=True, LOW=ge._LOW_QK.value),
+         {"Q": "*fp32", "QT": "*fp32", "QG": "*fp32"}),
+        (ge._prep_kv, dict(BN=32, D_PAD=32, DV_PAD=32, ROUND=False, LOW_K=ge._LOW_QK.value,
+                           LOW_V=ge._LOW_V.value), {"K": "*fp16", "V": "*bf16", "KT": "*fp32",
+                                                    "VF": "*fp32", "G": "*fp32"}),
         (ge._round_bf16_kernel, dict(BLOCK=1024), {"X": "*fp32", "Y": "*i16"}),
     ]
     for fn, const, ptrs in pre:
