@@ -9,11 +9,12 @@ in bfloat16 and in float32 (inputs cast once, outside the timing).  Times are me
 ``e2e_hif8`` within 3x) and to SDPA bfloat16.  Anchors measured by the lead on an H100 at
 (1, 32, 4096, 128), non-causal: SDPA fp16 0.42 ms, fp32 5.98 ms.
 
-First, unless ``--no-tune``, a short sweep of launch settings (warps, dot chunk, O in memory;
-results never depend on them) at the first length, non-causal, for ``flash`` (float exp2: the
-unfused P v loop) and ``e2e_hif8`` (table exp2: exact dots); the fastest setting of each is used
-for the rest (``e2e_hif8``'s for every table configuration) and printed, so the defaults of
-:func:`lowprec.gpu.engine.default_launch` can be set from it.  Peak memory above the inputs is
+First, unless ``--no-tune``, a short sweep of launch settings (``SWEEP``: warps, register cap,
+loop steps, load pipelining; results never depend on them) at the first length, non-causal,
+for ``flash`` (float exp2: the unfused P v loop) and ``e2e_hif8`` (table exp2: fused exact
+products); the fastest setting of each is used for the rest (``e2e_hif8``'s for every table
+configuration) and printed, so the defaults of :func:`lowprec.gpu.engine.default_launch` can be
+set from it.  Peak memory above the inputs is
 printed for our calls (O(L x d): no L x L matrix).
 
 Usage (GPU machine, repository root)::
@@ -40,10 +41,18 @@ ANCHORS_MS = {"sdpa_fp16": 0.42, "sdpa_fp32": 5.98}  # H100, (1, 32, 4096, 128),
 TABLE_CONFIGS = ("exp2_hif8", "exp2_e4m3", "exp2_e5m2", "exp2_e4m3xe5m2", "e2e_hif8",
                  "naive_e2e")
 ALL_CONFIGS = ("flash", "default") + TABLE_CONFIGS
-# launch settings tried by the sweep: (num_warps, dk, o_mem); (8, 32) is left out (ptxas
-# falls back to 32 registers with tens of KiB of spills on 128 x 128 tiles)
-SWEEP = ((16, 16, False), (16, 32, False), (8, 16, False), (16, 16, True), (8, 16, True))
-
+# launch settings tried by the sweep (the first of each kind is the default of
+# lowprec.gpu.engine.default_launch); results never depend on them
+SWEEP = {
+    "flash": (dict(num_warps=8, maxnreg=255, dk=8, unroll=8, qk_stages=0, pv_stages=0),
+              dict(num_warps=8, maxnreg=255, dk=8, unroll=8, qk_stages=3, pv_stages=3),
+              dict(num_warps=8, maxnreg=255, dk=4, unroll=4, qk_stages=3, pv_stages=3),
+              dict(num_warps=16, maxnreg=128, dk=4, unroll=4, qk_stages=3, pv_stages=3)),
+    "e2e_hif8": (dict(num_warps=16, maxnreg=128, dk=4, unroll=4, qk_stages=3, pv_stages=3),
+                 dict(num_warps=16, maxnreg=128, dk=4, unroll=4, qk_stages=4, pv_stages=4),
+                 dict(num_warps=16, maxnreg=128, dk=8, unroll=8, qk_stages=3, pv_stages=3),
+                 dict(num_warps=16, maxnreg=0, dk=4, unroll=4, qk_stages=3, pv_stages=3)),
+}
 
 def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -139,8 +148,7 @@ def main(argv=None) -> int:
         kinds = [c for c in ("flash", "e2e_hif8") if c in configs or a.all_configs]
         for name in kinds:
             times = {}
-            for nw, dk, om in SWEEP:
-                launch = dict(num_warps=nw, dk=dk, o_mem=om)
+            for i, launch in enumerate(SWEEP[name]):
                 fn = ours(name, q, k, v, False, launch)
                 t0 = time.time()
                 try:
@@ -151,14 +159,13 @@ def main(argv=None) -> int:
                 except Exception as e:  # a setting that does not compile or fit: skip it
                     print(f"sweep {name} {launch}: {type(e).__name__}: {e}"[:300], flush=True)
                     continue
-                times[(nw, dk, om)] = ms
-                sweep_rows.append(dict(config=name, L=lengths[0], num_warps=nw, dk=dk,
-                                       o_mem=om, ms=ms, first_call_s=compile_s))
-                print(f"sweep {name:9s} L={lengths[0]} num_warps={nw:2d} dk={dk} o_mem={om!s:5s}"
-                      f" {ms:9.3f} ms  (first call {compile_s:5.1f} s)", flush=True)
+                times[i] = ms
+                sweep_rows.append(dict(config=name, L=lengths[0], launch=launch, ms=ms,
+                                       first_call_s=compile_s))
+                print(f"sweep {name:9s} L={lengths[0]} {launch} {ms:9.3f} ms  (first call "
+                      f"{compile_s:5.1f} s)", flush=True)
             if times:
-                nw, dk, om = min(times, key=times.get)
-                best[name] = dict(num_warps=nw, dk=dk, o_mem=om)
+                best[name] = SWEEP[name][min(times, key=times.get)]
                 print(f"best {name}: {best[name]}", flush=True)
         q = k = v = None
 
@@ -199,7 +206,8 @@ def main(argv=None) -> int:
                                  sdpa_bf16_ms=sd16, sdpa_fp32_ms=sd32, ratio_fp32=r32,
                                  ratio_bf16=r16, peak_mib=mib, target=tgt,
                                  launch=launch_of(name) or default_launch(
-                                     blk, blk, max(16, 1 << (d - 1).bit_length()))))
+                                     blk, blk, max(16, 1 << (d - 1).bit_length()),
+                                     cfg_of(name).exp)))
                 print(f"{name:15s} {L:6d} {causal!s:6s} {ms:9.3f} {sd16:9.3f} {sd32:9.3f} "
                       f"{r32:6.2f} {r16:6.1f} {mib:6.0f}  {tgt}", flush=True)
         q = k = v = q32 = k32 = v32 = None  # free this length's inputs

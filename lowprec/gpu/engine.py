@@ -761,18 +761,26 @@ def _as4(x, what: str):
     return x
 
 
-def default_launch(BM: int, BN: int, DV_PAD: int) -> dict:
-    """Default launch settings for a tile shape (overridable by keyword; results never depend
-    on them): ``num_warps``; ``dk`` and ``unroll``, the steps of d (q k^T) and keys (P v) per
-    iteration of the product loops; ``o_mem`` (O in memory); ``rows``, query rows per program
-    for the FA2 flows (None: the whole tile); ``maxnreg``, the ptxas register cap (without
-    it ptxas chose 64 of the 128 registers 16 warps may have, and spilled); ``qk_stages`` and
-    ``pv_stages``, software pipelining of the product loops' loads through shared memory (0:
-    none).  See docs/design.md, "GPU attention engine"."""
+def default_launch(BM: int, BN: int, DV_PAD: int, exp: int = _cpu.EXP_TABLE) -> dict:
+    """Default launch settings for a tile shape and exponential (overridable by keyword;
+    results never depend on them): ``num_warps``; ``dk`` and ``unroll``, the steps of d
+    (q k^T) and keys (P v) per iteration of the product loops; ``o_mem`` (O in memory);
+    ``rows``, query rows per program for the FA2 flows (None: the whole tile); ``maxnreg``,
+    the ptxas register cap (without it ptxas chose 64 of the 128 registers 16 warps may have,
+    and spilled); ``qk_stages`` and ``pv_stages``, software pipelining of the product loops'
+    loads through shared memory (0: none).  Measured on an H100 (docs/design.md, "GPU
+    attention engine"): table exponentials (exact fused products) run fastest with 16 warps
+    and pipelined loads, ``flash``'s float exponential (unfused P v: two operations per
+    product) with 8 warps of 64 accumulators and no pipelining."""
     big = BM * max(BN, DV_PAD)
-    nw = max(4, min(16, big // 1024))
-    return {"num_warps": nw, "dk": 4, "unroll": 4, "o_mem": False, "rows": None,
-            "maxnreg": min(255, 65536 // (32 * nw)), "qk_stages": 0, "pv_stages": 0}
+    if exp == _cpu.EXP_FLOAT:
+        nw = max(4, min(8, big // 2048))
+        tune = {"dk": 8, "unroll": 8, "qk_stages": 0, "pv_stages": 0}
+    else:
+        nw = max(4, min(16, big // 1024))
+        tune = {"dk": 4, "unroll": 4, "qk_stages": 3, "pv_stages": 3}
+    return dict(tune, num_warps=nw, o_mem=False, rows=None,
+                maxnreg=min(255, 65536 // (32 * nw)))
 
 
 def round_bf16(x):
@@ -960,11 +968,11 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
     # row blocks: FA2 rows are independent (E2E's restart decision spans the query tile)
     rsub = Br
     if cfg.flow == _cpu.FA2:
-        rq = default_launch(BQ, BN, DV_PAD)["rows"] if rows is None else rows
+        rq = default_launch(BQ, BN, DV_PAD, cfg.exp)["rows"] if rows is None else rows
         rsub = max(1, min(Br, int(rq or Br)))
     nsub = -(-Br // rsub)
     BM = _np2(rsub)
-    tune = default_launch(BM, BN, DV_PAD)
+    tune = default_launch(BM, BN, DV_PAD, cfg.exp)
     nw = int(num_warps or tune["num_warps"])
     UK = int(dk or tune["dk"])
     UNROLL = int(unroll or tune["unroll"])
