@@ -48,9 +48,9 @@ SWEEP = {
               dict(num_warps=8, maxnreg=255, dk=8, unroll=8, qk_stages=3, pv_stages=3),
               dict(num_warps=8, maxnreg=255, dk=4, unroll=4, qk_stages=3, pv_stages=3),
               dict(num_warps=16, maxnreg=128, dk=4, unroll=4, qk_stages=3, pv_stages=3)),
-    "e2e_hif8": (dict(num_warps=16, maxnreg=128, dk=4, unroll=4, qk_stages=3, pv_stages=3),
+    "e2e_hif8": (dict(num_warps=16, maxnreg=128, dk=8, unroll=8, qk_stages=3, pv_stages=3),
+                 dict(num_warps=16, maxnreg=128, dk=4, unroll=4, qk_stages=3, pv_stages=3),
                  dict(num_warps=16, maxnreg=128, dk=4, unroll=4, qk_stages=4, pv_stages=4),
-                 dict(num_warps=16, maxnreg=128, dk=8, unroll=8, qk_stages=3, pv_stages=3),
                  dict(num_warps=16, maxnreg=0, dk=4, unroll=4, qk_stages=3, pv_stages=3)),
 }
 

@@ -70,9 +70,9 @@ def variants(full: bool = False) -> list[dict]:
     if full:
         big = dict(BM=128, BN=128, DV_PAD=128)  # the default launches
         res += [dict(name="flash 128", const=dict(base, **big, UK=8, UNROLL=8), num_warps=8),
-                dict(name="e2e 128", const=dict(base, **e2e, **big, QK_STAGES=3,
-                                                PV_STAGES=3), num_warps=16),
-                dict(name="flash 64 rows", const=dict(base, **big, BM=64), num_warps=8)]
+                dict(name="e2e 128", const=dict(base, **e2e, **big, UK=8, UNROLL=8,
+                                                QK_STAGES=3, PV_STAGES=3), num_warps=16),
+                dict(name="flash 64 rows", const=dict(base, **dict(big, BM=64)), num_warps=8)]
     return res
 
 

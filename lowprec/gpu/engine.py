@@ -778,7 +778,7 @@ def default_launch(BM: int, BN: int, DV_PAD: int, exp: int = _cpu.EXP_TABLE) -> 
         tune = {"dk": 8, "unroll": 8, "qk_stages": 0, "pv_stages": 0}
     else:
         nw = max(4, min(16, big // 1024))
-        tune = {"dk": 4, "unroll": 4, "qk_stages": 3, "pv_stages": 3}
+        tune = {"dk": 8, "unroll": 8, "qk_stages": 3, "pv_stages": 3}
     return dict(tune, num_warps=nw, o_mem=False, rows=None,
                 maxnreg=min(255, 65536 // (32 * nw)))
 
