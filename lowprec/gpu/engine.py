@@ -12,23 +12,25 @@ Triton spells a step: a helper works on a whole tile at once (rows are independe
 are ``tl.where`` (both sides evaluated, so shift counts and indices are clamped), and the
 configuration switches are ``tl.constexpr`` (the other branches vanish at compile time).
 
-Layout: one program per (batch entry, query tile), ``b = z * Hq + h`` as on the CPU.  q is
-``(Z, Hq, Lq, d)``, k and v are ``(Z, Hkv, Lk, d)`` / ``(Z, Hkv, Lk, dv)`` with ``Hq % Hkv == 0``
-(GQA: query head ``h`` reads key/value head ``h // (Hq // Hkv)``, no copy), any strides, float32,
-float16 or bfloat16 (loaded and widened exactly to float32 in registers).  Three-dimensional
-``(B, L, d)`` inputs are ``Hq = Hkv = 1``.  Memory beyond inputs and outputs: O(L x d) per head
-(per-key-tile guard values, the mask-visibility bits, and a scratch buffer, bounded by
-``SCRATCH_BYTES``, where each program stages its P tile for the P v product); never an
-``Lq x Lk`` matrix.
+Layout: one program per (batch entry, query tile, row block), ``b = z * Hq + h`` as on the
+CPU.  q is ``(Z, Hq, Lq, d)``, k and v are ``(Z, Hkv, Lk, d)`` / ``(Z, Hkv, Lk, dv)`` with
+``Hq % Hkv == 0`` (GQA: query head ``h`` reads key/value head ``h // (Hq // Hkv)``, no repeat),
+any strides, float32, float16 or bfloat16: pre-passes widen them exactly (bfloat16-rounded
+first when asked) into float32 blocks laid out for the products (q^T per row block, k^T and v
+per key tile) and compute the guard's magnitudes.  Three-dimensional ``(B, L, d)`` inputs are
+``Hq = Hkv = 1``.  Memory beyond inputs and outputs: O(L x d) per head (those blocks, the
+mask-visibility bits, and a scratch buffer, bounded by ``SCRATCH_BYTES``, where each program
+stages its P tile for the P v product); never an ``Lq x Lk`` matrix.
 
 Exactness rules (specs/gpu.md section 2): every launch has ``enable_fp_fusion=False``; ``O / l``
 is ``tl.math.div_rn``; exp2 in float32 is ``float32(exp2(float64(x)))`` (libdevice's double exp2,
 checked exhaustively on the GPU) or a table; rint/ceil and the float16/bfloat16 roundings are
 integer operations on the bits or the add-and-subtract trick; shift counts stay in [0, 31].
-``tl.dot(..., input_precision="ieee")`` is a sequential fused multiply-add chain over k, equal to
-the CPU's unfused ``fl(acc + fl(a b))`` only when every product is exact; the engine uses it only
-where a per-tile guard proves that (narrow mantissas, no underflow, no overflow) and otherwise
-runs an outer-product loop with separate multiply and add.
+Both products are outer-product loops in the CPU's order (sequential over the reduction
+index); ``tl.fma`` (always fused) equals the CPU's unfused ``fl(acc + fl(a b))`` only when every
+product is exact, so the engine fuses only where a per-tile guard proves that (narrow
+mantissas, no underflow, no overflow) and otherwise multiplies and adds separately.  The only
+``tl.dot`` calls multiply constant zeros: they fix the register layout of the accumulators.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ _TWO63 = tl.constexpr(2.0**63)
 _RINT_MAGIC = tl.constexpr(2.0**23)  # |x| + 2**23 - 2**23 rounds |x| < 2**23 to an integer (RNE)
 
 LAUNCH_OPTS = {"enable_fp_fusion": False}  # gpu.md section 2: no a*b+c -> fma contraction
-SCRATCH_BYTES = 256 << 20  # cap on the unfused P v staging buffer; larger grids launch in parts
+SCRATCH_BYTES = 256 << 20  # cap on the P staging buffer; larger grids launch in parts
 
 
 # ------------------------------------------------------------------------------------------
@@ -730,8 +732,9 @@ _DEV_TABLES: dict = {}
 
 def device_tables(cfg: _cpu.EngineConfig, device):
     """``(TAB int32[256], PTAB float32[4096], VTAB float32[4096], p_bits, (p_lo, p_hi))`` on
-    ``device`` for ``cfg`` (:func:`_p_bits`, :func:`_p_range` of the table), from the objects the CPU engine uses (:func:`online.byte_tables`, ``cfg.table``,
-    the HiF8 values); cached per (config tables, device)."""
+    ``device`` for ``cfg`` (:func:`_p_bits`, :func:`_p_range` of the table), from the objects
+    the CPU engine uses (:func:`online.byte_tables`, ``cfg.table``, the HiF8 values); cached
+    per (config tables, device)."""
     import torch
 
     table = cfg.table if cfg.table is not None else np.zeros(256, dtype=np.float32)
@@ -882,8 +885,9 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
             ``EngineConfig(flow=FA2, exp=EXP_FLOAT)`` for ``flash``).
         round_inputs_bf16: round q, k, v to bfloat16 on the device first (what ``baps`` does
             with ``input_dtype="bfloat16"`` before calling the CPU engine).
-        exact_dots: allow ``tl.dot`` where the guard proves every product exact (False: the
-            outer-product loops everywhere; same results, slower; for tests).
+        exact_dots: allow fused products (``tl.fma``) where the guard proves every product
+            exact (False: separate multiply and add everywhere; same results, slower; for
+            tests).
         num_warps, dk, unroll, o_mem, rows, maxnreg, qk_stages, pv_stages: launch tuning
             (results do not depend on them): :func:`default_launch` when None.
 
