@@ -151,8 +151,8 @@ def head_planes(Z, Hq, Lq, Lk, seed=0, p_masked=0.3, finite=False):
 
 def check(q, k, v, cfg, *, kind, cpu_inputs=None, **kw):
     """Run both and compare."""
-    gk = {x: kw.pop(x) for x in ("round_inputs_bf16", "exact_dots", "o_mem", "rows", "pv_dot",
-                                 "unroll") if x in kw}
+    gk = {x: kw.pop(x) for x in ("round_inputs_bf16", "exact_dots", "o_mem", "rows", "unroll",
+                                 "dk", "pv_stages", "qk_stages") if x in kw}
     cq, ck, cv = cpu_inputs or (q, k, v)
     cpu = cpu_run(cq, ck, cv, cfg, **kw)
     gpu = gpu_run(q, k, v, cfg, kind=kind, **kw, **gk)
@@ -285,6 +285,21 @@ def test_engine_config_combinations(name):
 
 # ------------------------------------------------------------------------------------------
 # inputs: dtypes, the exact-product guard, block sizes
+
+
+@pytest.mark.parametrize("name", ["flash", "exp2_hif8", "naive_e2e", "e2e_hif8"])
+def test_row_blocks_and_launch_settings(name):
+    """FA2 query tiles split into row blocks (``rows``, not dividing the tile: the last block
+    is partial) visit the whole tile's key tiles (a block whose rows see nothing of a visible
+    key tile still multiplies P = 0 into v); E2E ignores ``rows``.  Other launch settings
+    (loop steps, pipelining, O in memory) give the same bits."""
+    q, k, v = make_qkv(Z=1, Hq=2, Hkv=1, Lq=45, Lk=70, d=16, dv=16, kind="bf16", seed=21)
+    mask, mmap = head_planes(1, 2, 45, 70, seed=22, p_masked=0.3)
+    for causal in (False, True):
+        check(q, k, v, config(name), kind="bf16", causal=causal, mask=mask, mask_map=mmap,
+              block_q=32, block_k=16, rows=12, unroll=3, dk=5, pv_stages=0, qk_stages=2)
+    check(q, k, v, config(name), kind="bf16", causal=True, block_q=32, block_k=16, rows=8,
+          o_mem=True, pv_stages=2, qk_stages=0)
 
 
 def test_float32_values_take_the_outer_paths():
