@@ -31,3 +31,36 @@ def stabilize_module(namespace: dict, module: str) -> None:
     for key, value in list(namespace.items()):
         if hasattr(value, "_set_uuid") and getattr(value, "__module__", module) == module:
             stable_uuid(value, f"{module}.{key}")
+
+
+def jit(fn=None, *, parallel: bool = False, inline: str = "never", fastmath=False):
+    """The project's Numba decorator: ``@njit(cache=True, nogil=True, ...)`` plus a fixed UUID.
+
+    Every compiled function of lowprec is cached on disk and releases the GIL; the dispatcher
+    gets the UUID ``"lowprec:<module>.<name>"`` (:func:`stable_uuid`), which keeps cache keys of
+    the closure-built kernels that call it reproducible (the module docstring says why).  This
+    replaces the ``stabilize_module(globals(), __name__)`` footer of the kernel modules.
+
+    Args:
+        fn: the function (``@jit``) or None (``@jit(parallel=True)``).
+        parallel: Numba's ``parallel=True`` (``prange`` loops run on threads).
+        inline: Numba's ``inline`` (``"always"`` for tiny scalar helpers).
+        fastmath: Numba's ``fastmath`` (False, True or a set of LLVM flags).
+
+    Returns:
+        The Numba dispatcher (or a decorator, when ``fn`` is None).
+
+    Example::
+
+        >>> @jit
+        ... def twice(x):
+        ...     return 2 * x
+    """
+    from numba import njit
+
+    def wrap(f):
+        disp = njit(cache=True, nogil=True, parallel=parallel, inline=inline,
+                    fastmath=fastmath)(f)
+        return stable_uuid(disp, f"{f.__module__}.{f.__name__}")
+
+    return wrap if fn is None else wrap(fn)
