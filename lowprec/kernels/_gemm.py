@@ -10,13 +10,13 @@ reduction dimension to a multiple of 4 with zeros (adding ``0 * b`` leaves a sum
 Generated once by hand-written code; edit both functions alike.
 """
 
-from numba import njit
+from ..formats._jit import jit
 
 ROWS = 8  # rows per step: callers pad row counts to a multiple of this
 RED = 4  # reduction steps per pass: callers pad reduction lengths to a multiple of this
 
 
-@njit(cache=True, nogil=True)
+@jit
 def qk_tile(q, kt, s, i0, j0, nrows, ncols, d):
     """``s[i, j] = sum_kk q[i0 + i, kk] * kt[kk, j0 + j]`` for ``i < nrows`` (a multiple of
     ROWS), ``j < ncols``, ``kk < d`` (a multiple of RED), in sequential float32."""
@@ -118,7 +118,7 @@ def qk_tile(q, kt, s, i0, j0, nrows, ncols, d):
                 s[i + 7, j] = t
 
 
-@njit(cache=True, nogil=True)
+@jit
 def pv_tile(p, v, o, j0, nrows, nkeys, dv):
     """``o[i, c] = sum_j p[i, j] * v[j0 + j, c]`` for ``i < nrows`` (a multiple of ROWS),
     ``j < nkeys`` (a multiple of RED), ``c < dv``, in sequential float32."""
@@ -219,7 +219,3 @@ def pv_tile(p, v, o, j0, nrows, nkeys, dv):
                 t += x73 * b3
                 o[i + 7, j] = t
 
-
-from ..formats._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

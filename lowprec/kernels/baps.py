@@ -33,6 +33,7 @@ import ml_dtypes
 import numpy as np
 
 from ..formats import api as _fmt
+from ..formats._bits import F32_EXP
 from . import Scheme, register
 from .online import (
     ACC_BF16,
@@ -58,8 +59,8 @@ from .online import (
     EngineConfig,
     run_engine,
 )
+from .problem import LOG2E, Problem, check_block, softmax_rows
 from .reference import BLOCK_K_DEFAULT, BLOCK_Q_DEFAULT, tile_stats
-from .tiling import LOG2E, Problem, check_block, softmax_rows
 
 CONFIGS = {
     "default": "bf16 inputs, float32 softmax (FlashAttention-2, base 2)",
@@ -154,7 +155,7 @@ def restart_threshold(tau: int) -> float:
     """The smallest float32 ``x`` with ``hif8(x) > tau`` (nearest_away): the engine restarts a
     row iff ``fl(rowmax - m) >= threshold`` (equivalent to some ``hif8(S - m) > tau``, since
     HiF8 rounding and ``fl(. - m)`` are monotone)."""
-    lo, hi = np.uint32(0), np.uint32(0x7F800000)  # bits of +0 and +inf
+    lo, hi = np.uint32(0), np.uint32(F32_EXP)  # bits of +0 and +inf
 
     def over(bits) -> bool:
         xv = np.array([bits], dtype=np.uint32).view(np.float32)

@@ -68,16 +68,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from numba import njit
+from numba import prange
 
 from ..formats._arrays import to_numpy
+from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
-from .baselines import (
-    int8_scores,
-    int_matmul,
-)
-from .tiling import Problem, softmax_rows
+from ._check import bool_mask, check_bool, check_choice, check_int, int_input
+from ._int8 import exact_pv, int_scores, quantize_qkv
+from .problem import Problem, row_chunks, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (seed hccs.txt)
@@ -100,6 +99,8 @@ REFINE_DEFAULT = 4  # Dmax values refined over every B
 RATIO_GRID = 48  # ratio grid points per Dmax before the golden-section step
 GOLDEN_STEPS = 40
 REFINE_HALF_WIDTH = 2  # S candidates per B: floor(r B) - 1 .. floor(r B) + 2
+ROW_BLOCKS = 64  # row blocks of the parallel core (each with its own counters)
+DEQUANTS = ("scale", "rowsum")
 
 # count slots of the core kernel
 _C_EMPTY, _C_CLIP, _C_SAT, _C_RHO = range(4)
@@ -301,7 +302,7 @@ class HccsParams:
 # Core
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _hccs_rows(x, vis, Bv, Sv, Dv, path, out_shift, clb_t, out, counts):
     """Rows of int8 logits ``x (R, n)`` -> int32 ``out``; per-row int32 parameters."""
     R, n = x.shape
@@ -368,25 +369,18 @@ def _hccs_rows(x, vis, Bv, Sv, Dv, path, out_shift, clb_t, out, counts):
 
 
 def _check_path(path: str) -> int:
-    if not isinstance(path, str) or path not in _PATH_CODE:
-        raise ValueError(f"path {path!r} is not one of {', '.join(PATHS)}")
-    return _PATH_CODE[path]
+    return _PATH_CODE[check_choice(path, "path", PATHS)]
 
 
 def _check_out_shift(out_shift, path: str) -> int:
-    if isinstance(out_shift, bool) or not isinstance(out_shift, (int, np.integer)) or not (
-        0 <= out_shift <= OUT_SHIFT_MAX
-    ):
-        raise ValueError(f"out_shift must be an int in [0, {OUT_SHIFT_MAX}], got {out_shift!r}")
-    if out_shift and path != "i8_div":
+    osh = check_int(out_shift, "out_shift", 0, OUT_SHIFT_MAX)
+    if osh and path != "i8_div":
         raise ValueError(f"out_shift applies only to path 'i8_div', not {path!r}")
-    return int(out_shift)
+    return osh
 
 
 def _check_clb_t(t) -> int:
-    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 1 <= t <= U8_MAX:
-        raise ValueError(f"clb_T must be an int in [1, {U8_MAX}], got {t!r}")
-    return int(t)
+    return check_int(t, "clb_T", 1, U8_MAX)
 
 
 def output_scale(path: str = "i16_div", out_shift: int = 0, clb_T: int = CLB_T_DEFAULT) -> float:
@@ -401,18 +395,13 @@ def output_scale(path: str = "i16_div", out_shift: int = 0, clb_T: int = CLB_T_D
 
 
 def _int8_logits(x8) -> tuple[np.ndarray, bool]:
-    arr, was_torch = to_numpy(x8, "x8")
-    arr = np.asarray(arr)
-    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
-        raise TypeError(f"x8 has dtype {arr.dtype}; allowed: int8 (or an integer dtype with "
-                        "values in [-128, 127])")
+    arr = int_input(x8, "x8", -128, 127,
+                    allowed="int8 (or an integer dtype with values in [-128, 127])",
+                    range_name="int8")
     if arr.ndim < 1:
         raise ValueError("x8 must have at least one dim (rows along the last axis)")
-    if arr.dtype != np.int8:
-        if arr.size and (arr.min() < -128 or arr.max() > 127):
-            raise ValueError("x8 values must lie in the int8 range [-128, 127]")
-        arr = arr.astype(np.int8)
-    return np.ascontiguousarray(arr), was_torch
+    return np.ascontiguousarray(arr, dtype=np.int8), not isinstance(x8, np.ndarray) and \
+        hasattr(x8, "numpy")
 
 
 def _row_params(v: np.ndarray, lead: tuple, name: str) -> np.ndarray:
@@ -459,8 +448,7 @@ def hccs_core(x8, B, S, Dmax, path: str = "i16_div", out_shift: int = 0, *,
     code = _check_path(path)
     osh = _check_out_shift(out_shift, path)
     ct = _check_clb_t(clb_T)
-    if not isinstance(return_stats, (bool, np.bool_)):
-        raise TypeError("return_stats must be a bool")
+    check_bool(return_stats, "return_stats")
     x, was_torch = _int8_logits(x8)
     n = x.shape[-1]
     lead = x.shape[:-1]
@@ -472,15 +460,38 @@ def hccs_core(x8, B, S, Dmax, path: str = "i16_div", out_shift: int = 0, *,
         return _wrap(out, was_torch, st, return_stats)
     b, s, d = check_params(B, S, Dmax, n)
     Bv, Sv, Dv = (_row_params(v, lead, nm) for v, nm in ((b, "B"), (s, "S"), (d, "Dmax")))
-    vis = _mask_rows(mask, x.shape, rows.shape)
+    vis = np.zeros((0, 0), dtype=np.bool_) if mask is None else \
+        bool_mask(mask, x.shape).reshape(rows.shape)
     out32 = np.empty(rows.shape, dtype=np.int32)
-    counts = np.zeros(4, dtype=np.int64)
-    _hccs_rows(rows, vis, Bv, Sv, Dv, code, osh, ct, out32, counts)
+    counts = _core(rows, vis, Bv, Sv, Dv, code, osh, ct, out32)
     out = out32.astype(np.int16 if code == 0 else np.uint8).reshape(x.shape)
-    st = HccsStats(calls=1, rows=R, empty_rows=int(counts[_C_EMPTY]),
-                   clipped=int(counts[_C_CLIP]), out_saturated=int(counts[_C_SAT]),
-                   rho_int16_overflow=int(counts[_C_RHO]))
-    return _wrap(out, was_torch, st, return_stats)
+    return _wrap(out, was_torch, _core_stats(counts, R), return_stats)
+
+
+@jit(parallel=True)
+def _hccs_rows_par(x, vis, Bv, Sv, Dv, path, out_shift, clb_t, out, counts):
+    R = x.shape[0]
+    nb = counts.shape[0]
+    per = (R + nb - 1) // nb
+    for t in prange(nb):
+        r0 = min(R, t * per)
+        r1 = min(R, r0 + per)
+        vv = vis[r0:r1] if vis.shape[0] > 0 else vis
+        _hccs_rows(x[r0:r1], vv, Bv[r0:r1], Sv[r0:r1], Dv[r0:r1], path, out_shift, clb_t,
+                   out[r0:r1], counts[t])
+
+
+def _core(rows, vis, Bv, Sv, Dv, code, osh, ct, out32) -> np.ndarray:
+    """The HCCS core on validated int8 rows (in row blocks, in parallel): counters (4,)."""
+    counts = np.zeros((ROW_BLOCKS, 4), dtype=np.int64)
+    _hccs_rows_par(rows, vis, Bv, Sv, Dv, code, osh, ct, out32, counts)
+    return counts.sum(axis=0)
+
+
+def _core_stats(counts: np.ndarray, rows: int) -> HccsStats:
+    return HccsStats(calls=1, rows=rows, empty_rows=int(counts[_C_EMPTY]),
+                     clipped=int(counts[_C_CLIP]), out_saturated=int(counts[_C_SAT]),
+                     rho_int16_overflow=int(counts[_C_RHO]))
 
 
 def _wrap(out, was_torch, st, return_stats):
@@ -491,25 +502,11 @@ def _wrap(out, was_torch, st, return_stats):
     return (out, st) if return_stats else out
 
 
-def _mask_rows(mask, shape, rows_shape) -> np.ndarray:
-    if mask is None:
-        return np.zeros((0, 0), dtype=np.bool_)
-    m, _ = to_numpy(mask, "mask")
-    m = np.asarray(m)
-    if m.dtype != np.bool_:
-        raise TypeError(f"mask has dtype {m.dtype}; allowed: bool (True = take part)")
-    try:
-        mb = np.broadcast_to(m, shape)
-    except ValueError:
-        raise ValueError(f"mask of shape {m.shape} does not broadcast to {shape}") from None
-    return np.ascontiguousarray(mb).reshape(rows_shape)
-
-
 # --------------------------------------------------------------------------------------------
 # Calibration
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _histograms(x8, vis, qref, qraw, N, M):
     """Per-row statistics of the clamped distances for every Dmax in 0..127.
 
@@ -550,7 +547,7 @@ def _histograms(x8, vis, qref, qraw, N, M):
     return ent
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _groups(N, MD, width):
     """Unique (N, M) pairs with counts (keys N * width + M, sorted)."""
     R = N.shape[0]
@@ -574,7 +571,7 @@ def _groups(N, MD, width):
     return Nu[:u + 1], Mu[:u + 1], wu[:u + 1] / R
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _cost(qbar, tail, D, Nu, Mu, wu, B, S, objective):
     """Mean over rows of ``- sum q log s + log Z`` (plus the constant entropy term)."""
     c = 0.0
@@ -593,7 +590,7 @@ def _cost(qbar, tail, D, Nu, Mu, wu, B, S, objective):
     return c
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _ratio_opt(qbar, tail, D, Nu, Mu, wu, rmax):
     """Minimise the ``"sum"`` objective over the real ratio ``r = S / B`` in [0, rmax] for one
     Dmax (it depends on (B, S) only through r): a grid of RATIO_GRID points, then golden
@@ -636,7 +633,7 @@ def _ratio_opt(qbar, tail, D, Nu, Mu, wu, rmax):
     return best_r, best_c
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _search(qbar, N, M, n, objective, exhaustive, refine):
     """Grid search over integer (B, S, Dmax); returns (B, S, Dmax, cost)."""
     lo_add = (Z_MIN + n - 1) // n
@@ -826,12 +823,38 @@ def _check_params_obj(params) -> HccsParams | None:
                     f"{type(params).__name__}")
 
 
+@jit(parallel=True)
+def _quantized_logits(S, c, add, has_add, xs, vis, x8, logits, keep):
+    """Per row ``r`` (head scale ``xs[r]``): ``t = RNE(fl64(S c (+ add)) / xs)`` clamped to
+    [-127, 127] into int8 ``x8``; with ``keep`` the float64 logits go to ``logits`` too.
+    Returns how many visible logits (``vis``; ``(0, 0)`` = all) were clamped."""
+    n, L = S.shape
+    use_vis = vis.shape[0] > 0
+    sat = np.zeros(n, dtype=np.int64)
+    for r in prange(n):
+        d = xs[r]
+        cnt = 0
+        for j in range(L):
+            lg = np.float64(S[r, j]) * c
+            if has_add:
+                lg = lg + np.float64(add[r, j])
+            if keep:
+                logits[r, j] = lg
+            t = np.rint(lg / d)
+            if t > X8_MAX or t < -X8_MAX:
+                t = min(max(t, -X8_MAX), X8_MAX)
+                if not use_vis or vis[r, j]:
+                    cnt += 1
+            x8[r, j] = np.int8(t)
+        sat[r] = cnt
+    return sat.sum()
+
+
 def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = "i16_div",
                     out_shift: int = 0, clb_T: int = CLB_T_DEFAULT, dequant: str = "scale"):
     params = _check_params_obj(params)
     unit = output_scale(path, out_shift, clb_T)
-    if dequant not in ("scale", "rowsum"):
-        raise ValueError(f"dequant {dequant!r} is not one of scale, rowsum")
+    check_choice(dequant, "dequant", DEQUANTS)
     H = prob.lead[-1] if prob.lead else 1
     if params is not None and params.heads not in (1, H):
         raise ValueError(
@@ -843,43 +866,75 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
     if params is not None and Lk and params.n != Lk:
         check_params(params.B, params.S, params.Dmax, Lk)  # raises if invalid for this Lk
     if Bn == 0 or Lq == 0 or Lk == 0:
-        out = np.full((Bn, Lq, prob.dv), np.nan, dtype=np.float32)
+        out = np.zeros((Bn, Lq, prob.dv), dtype=np.float32)
         st = HccsStats(calls=1, rows=Bn * Lq, empty_rows=Bn * Lq)
         return out, (st if return_stats else None)
-    S32, v8, s_q, s_k, s_v, vis, add = int8_scores(prob)
+    qz = quantize_qkv(prob.q, prob.k, prob.v)
+    q8, k8t, v8 = qz.q8, qz.k8t, qz.v8
+    s_q, s_k, s_v = qz.sq_row[0, 0], qz.sk[0], qz.sv[0]
     c = np.float64(s_q) * np.float64(s_k) * prob.scale
-    logits = S32.astype(np.float64) * c
-    if add is not None:
-        logits = logits + add
-    logits = np.where(vis, logits, -np.inf)
-    per_head = logits.reshape((Bn // H, H, Lq, Lk))
-    vis_h = vis.reshape(per_head.shape)
-    if params is None:
+    head = np.arange(Bn) % H  # the head of each entry
+    calibrating = params is None
+    logits = np.empty((Bn, Lq, Lk) if calibrating else (1, 1, 1), dtype=np.float64)
+    x8 = np.empty((Bn, Lq, Lk), dtype=np.int8)
+    vis_all = None
+    masks = []
+    for g0, g1, r0, r1 in row_chunks(Bn, Lq, Lk):
+        rm = prob.rows(g0, g1, r0, r1)
+        vp = rm.visible(Lk)
+        masks.append(vp)
+        if vp is not None and vis_all is None:
+            vis_all = np.ones((Bn, Lq, Lk), dtype=np.bool_)
+        if vp is not None:
+            vis_all[g0:g1, r0:r1] = vp.reshape((g1 - g0, r1 - r0, Lk))
+    if calibrating:  # the float64 logits (masked: -inf) of every head, then calibrate
+        for g0, g1, r0, r1 in row_chunks(Bn, Lq, Lk):
+            rm = prob.rows(g0, g1, r0, r1)
+            S = int_scores(q8[g0:g1, r0:r1], k8t[g0:g1]).reshape((-1, Lk))
+            add = rm.add.reshape((-1, Lk)) if rm.add is not None else S
+            xs = np.ones(S.shape[0])
+            _quantized_logits(S, c, add, rm.add is not None, xs, np.zeros((0, 0), np.bool_),
+                              x8[g0:g1, r0:r1].reshape((-1, Lk)),
+                              logits[g0:g1, r0:r1].reshape((-1, Lk)), True)
+        if vis_all is not None:
+            logits[~vis_all] = -np.inf
+        per_head = logits.reshape((Bn // H, H, Lq, Lk))
+        vis_h = vis_all.reshape(per_head.shape) if vis_all is not None else \
+            np.ones(per_head.shape, dtype=bool)
         params = _calibrate_heads(per_head, vis_h, Lk)
-
-    def head_param(a):
-        return np.broadcast_to(a, (H,)).reshape((1, H, 1))
-
-    xs = head_param(params.x_scale)[..., None]
-    with np.errstate(invalid="ignore"):
-        t = np.rint(np.where(vis_h, per_head, 0.0) / xs)
-    sat = int(((t > X8_MAX) | (t < -X8_MAX)).sum())
-    x8 = np.clip(t, -X8_MAX, X8_MAX).astype(np.int8)
-    p, st = hccs_core(x8, head_param(params.B), head_param(params.S), head_param(params.Dmax),
-                      path, out_shift, clb_T=clb_T, mask=vis_h, return_stats=True)
-    P = p.reshape((Bn, Lq, Lk)).astype(np.int64)
-    O = int_matmul(P, v8, "P v8").astype(np.float64)
-    empty = ~vis.any(axis=2)
-    if dequant == "scale":
-        out = O * (np.float64(s_v) * unit)
-    else:
-        tot = P.sum(axis=2, keepdims=True).astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = O * np.float64(s_v) / tot
-    out = out.astype(np.float32)
-    out[empty] = np.nan
+    xs_e = np.broadcast_to(params.x_scale, (H,))[head]
+    Bv, Sv, Dv = (np.broadcast_to(a, (H,))[head] for a in (params.B, params.S, params.Dmax))
+    code = _check_path(path)
+    osh = _check_out_shift(out_shift, path)
+    ct = _check_clb_t(clb_T)
+    sat = 0
+    counts = np.zeros(4, dtype=np.int64)
+    out = np.empty((Bn, Lq, prob.dv), dtype=np.float32)
+    for (g0, g1, r0, r1), vp in zip(row_chunks(Bn, Lq, Lk), masks, strict=True):
+        gh, rows = g1 - g0, r1 - r0
+        rm = prob.rows(g0, g1, r0, r1)
+        S = int_scores(q8[g0:g1, r0:r1], k8t[g0:g1]).reshape((-1, Lk))
+        add = rm.add.reshape((-1, Lk)) if rm.add is not None else S
+        xr = np.repeat(xs_e[g0:g1], rows)
+        xc = x8[g0:g1, r0:r1].reshape((-1, Lk))
+        vis = np.zeros((0, 0), dtype=np.bool_) if vp is None else vp
+        sat += int(_quantized_logits(S, c, add, rm.add is not None, xr, vis, xc, logits, False))
+        P32 = np.empty(xc.shape, dtype=np.int32)
+        counts += _core(xc, vis, np.repeat(Bv[g0:g1], rows).astype(np.int32),
+                        np.repeat(Sv[g0:g1], rows).astype(np.int32),
+                        np.repeat(Dv[g0:g1], rows).astype(np.int32), code, osh, ct, P32)
+        P = P32.astype(np.float32).reshape((gh, rows, Lk))
+        psum = P.sum(axis=2, dtype=np.float64)
+        O = exact_pv(P, v8[g0:g1], int(psum.max()) if psum.size else 0).astype(np.float64)
+        if dequant == "scale":
+            o = O * (np.float64(s_v) * unit)
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                o = O * np.float64(s_v) / psum[..., None]
+        out[g0:g1, r0:r1] = o
     if not return_stats:
         return out, None
+    st = _core_stats(counts, Bn * Lq)
     st.logit_saturated = sat
     st.params = [params.to_dict()]
     return out, st
@@ -966,14 +1021,11 @@ def _hccs_softmax_scheme(scores, axis, **opts):
 
 
 register(Scheme("hccs", "int8 q k v, HCCS clipped-linear integer softmax (per-head calibrated)",
-                _hccs_attention, options=("params", "path", "out_shift", "clb_T", "dequant")))
+                _hccs_attention, options=("params", "path", "out_shift", "clb_T", "dequant"),
+                shape_dependent=("params",), stats=HccsStats, order=80))
 register(Scheme("hccs", "HCCS clipped-linear integer softmax surrogate on int8 scores",
                 _hccs_softmax_scheme, options=("params", "path", "out_shift", "clb_T"),
                 kind="softmax"))
 
 __all__ = ["hccs_core", "check_params", "calibrate", "HccsParams", "HccsStats", "hccs_softmax",
            "output_scale", "PATHS"]
-
-from ..formats._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

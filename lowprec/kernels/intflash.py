@@ -41,14 +41,15 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..formats._arrays import to_numpy
+from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
 from .online import _exp2_float, _round_f16
+from .problem import LOG2E, Problem, check_block, core_lead, int8_input
 from .qflash import D_MAX
-from .tiling import LOG2E, Problem, check_block, core_lead, int8_input
 
 BLOCK_Q_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
 BLOCK_K_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
@@ -160,7 +161,7 @@ def quantize_inputs(q, k, v, *, scale_dtype: str = "float32") -> IntFlashInputs:
 # the kernel
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _p8(p):
     """``trunc(f16(f16(f16(p) * 127) + 0.5))`` for ``0 <= p <= 1`` (an int in [0, 127])."""
     t = _round_f16(np.float32(_round_f16(p) * _F127))
@@ -168,7 +169,7 @@ def _p8(p):
     return np.int64(t)
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@jit(parallel=True)
 def _intflash_kernel(q, kt, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br, Bc, half,
                      round_out, out):
     B, Lq, d = q.shape
@@ -583,7 +584,3 @@ register(Scheme(
 
 __all__ = ["IntFlashInputs", "IntFlashStats", "quantize_inputs", "intflash_core",
            "BLOCK_Q_DEFAULT", "BLOCK_K_DEFAULT", "VARIANTS"]
-
-from ..formats._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

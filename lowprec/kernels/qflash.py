@@ -48,12 +48,13 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..formats._arrays import to_numpy
+from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
-from .tiling import INT8_D_MAX, LOG2E, Problem, causal_visible, check_block, core_lead, int8_input
+from .problem import INT8_D_MAX, LOG2E, Problem, causal_visible, check_block, core_lead, int8_input
 
 SHIFT_EXP = 16  # attention.md 4 / Alg. 2 eq. 16: fixed-point bits of exp_M and req_M
 SHIFT_RELEASE = 30  # attention.md 4: fixed-point bits of l_M and acc_M (ScaleRelease)
@@ -236,17 +237,17 @@ def quantize_int8(x, s: float, *, return_saturated: bool = False):
 # scalar integer primitives (int64 holding int32 values)
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _wrap32(x):
     return ((x + 0x80000000) & 0xFFFFFFFF) - 0x80000000
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _wrap8(x):
     return ((x + 128) & 0xFF) - 128
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _ashr(a, n):
     """Arithmetic shift of an int32 value with the GPU's clamped count: a count outside
     [0, 31] fills with the sign."""
@@ -255,14 +256,14 @@ def _ashr(a, n):
     return a >> n
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _tdiv(a, b):
     """C (truncating) integer division, b != 0."""
     qq = abs(a) // abs(b)
     return -qq if (a < 0) != (b < 0) else qq
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _shexp(x, R, exp_M, division):
     """ShiftExp2 of an int32 ``x``: ``(y, overflow of x * exp_M, other int32 wraps)``."""
     ovf = 0
@@ -293,7 +294,7 @@ def _shexp(x, R, exp_M, division):
     return _ashr(u, q), ovf, wr
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _requant(p, req_M):
     """``(int8 value, wrapped to int8, other int32 wraps)``."""
     wr = 0
@@ -310,7 +311,7 @@ def _requant(p, req_M):
     return y, (1 if y != c else 0), wr
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _release(x, alpha, M):
     """ScaleRelease: int64 product (wrapping), rounding shift by 30, int32 wrap."""
     t = np.int64(x) * np.int64(alpha)
@@ -321,7 +322,7 @@ def _release(x, alpha, M):
     return y, (1 if y != t else 0)
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _f32_to_i32(v):
     """float32 -> int32 toward zero, saturating, NaN -> 0 (the GPU's cvt.rzi.s32.f32)."""
     if v != v:
@@ -337,21 +338,21 @@ def _f32_to_i32(v):
 # elementwise kernels behind the public primitives
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _shift_exp2_arr(x, R, exp_M, division, out):
     for i in range(x.size):
         y, _, _ = _shexp(np.int64(x[i]), R, exp_M, division)
         out[i] = y
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _requant_arr(p, req_M, out):
     for i in range(p.size):
         y, _, _ = _requant(np.int64(p[i]), req_M)
         out[i] = y
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _release_arr(x, alpha, M, out):
     for i in range(x.size):
         y, _ = _release(np.int64(x[i]), np.int64(alpha[i]), M)
@@ -471,7 +472,7 @@ def scale_release(x, alpha, M: int) -> np.ndarray:
 # the attention kernel
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@jit(parallel=True)
 def _qflash_kernel(q, kt, v, bias, bmap, has_bias, causal, R, exp_M, req_M, l_M, acc_M, bk,
                    m_init, division, out):
     """Algorithm 1 per query row; tasks of ``_ROWS_PER_TASK`` rows run in parallel.  Returns
@@ -922,7 +923,3 @@ __all__ = ["QFlashConstants", "QFlashStats", "QFlashHazardError", "host_constant
            "quantize_int8", "shift_exp2", "requant", "scale_release", "qflash_core",
            "no_key_rows", "BLOCK_K_DEFAULT", "M_INIT_DEFAULT", "MASK_BIAS", "SHIFT_EXP",
            "SHIFT_RELEASE"]
-
-from ..formats._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

@@ -14,7 +14,7 @@ import numpy as np
 from ..stats import BapsStats
 from . import Scheme, register
 from .online import EXP_FLOAT, FA2, EngineConfig, run_engine
-from .tiling import Problem, causal_visible, check_block
+from .problem import Problem, causal_visible, check_block
 
 REFERENCE_CHUNK = 256  # query rows per float64 chunk
 BLOCK_Q_DEFAULT = 128

@@ -380,7 +380,7 @@ def _scalar_dict(st: Stats) -> dict:
 def _resolve_scheme(scheme, options: dict) -> tuple[str, dict]:
     """Shorthands -> (scheme name, options); validate the name and the option names."""
     from ..kernels import get_scheme, schemes
-    from ..kernels.tiling import check_options
+    from ..kernels.problem import check_options
 
     if not isinstance(scheme, str):
         raise TypeError(f"scheme must be a string, got {type(scheme).__name__}")

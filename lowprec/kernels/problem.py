@@ -1,4 +1,5 @@
-"""Input conventions shared by every attention scheme (specs/attention.md section 0).
+"""The attention problem: input conventions, masks and visibility shared by every scheme
+(specs/attention.md section 0).
 
 The public entry point :func:`lowprec.attention` turns user inputs into a :class:`Problem`:
 float32 (or float64 for ``reference``) C-contiguous arrays ``q (B, Lq, d)``, ``k (B, Lk, d)``,
@@ -15,18 +16,29 @@ Masking rules (the same for every scheme):
 * ``attn_mask`` boolean: True = take part (torch convention); additive float: added to the scaled
   scores ``q k^T * scale`` (natural-log units), ``-inf`` = masked.  It broadcasts against
   ``(..., Lq, Lk)``.  NaN and ``+inf`` in an additive mask raise ``ValueError``.
-* A query row with no visible key gives NaN in every scheme (documented; softmax of nothing).
+* A query row with no visible key gives NaN in every scheme (documented; softmax of nothing):
+  :func:`lowprec.attention` computes those rows once (:meth:`Problem.no_key_rows`) and writes NaN
+  there after the scheme ran.
+
+Visibility vocabulary (one for every scheme): ``lim[r]``, the last key a row may see
+(:meth:`Problem.row_limits`; causal), ``vis``, a boolean ``(rows, Lk)`` array of the keys an
+additive mask leaves visible (None when it hides none), and ``add``, the finite additive values
+(None when all zero); :meth:`Problem.rows` gives the three for a chunk of heads and query rows
+(:func:`row_chunks`), so no scheme materialises an ``L x L`` plane per head.  Masks given in
+another form (an int32 bias, a per-call boolean or float mask of a core) share their planes
+between batch entries through :func:`mask_planes`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from ..formats._arrays import BF16, is_torch, to_numpy
+from ._check import check_bool, check_int, check_real
 
 _IN_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.float64))
 _IN_ALLOWED = "float32, float16, bfloat16 (float64 is accepted and rounded to float32 by every " \
@@ -80,22 +92,112 @@ class Problem:
     def dv(self) -> int:
         return self.v.shape[2]
 
-    def mask_array(self) -> np.ndarray:
-        """The mask as a float32 ``(M, Lq, Lk)`` array, an all-zero ``(1, 1, 1)``-free dummy
-        ``(1, 0, 0)`` when there is none (Numba kernels take an array either way)."""
-        if self.mask is None:
-            return np.zeros((1, 0, 0), dtype=np.float32)
-        return self.mask
-
-    def dense_mask(self, b: int) -> np.ndarray:
-        """Boolean ``(Lq, Lk)`` visibility of batch entry ``b`` (causal and mask combined);
-        O(Lq x Lk): for references and tests, not for tiled kernels."""
-        vis = np.ones((self.Lq, self.Lk), dtype=bool)
+    def row_limits(self, r0: int = 0, r1: int | None = None) -> np.ndarray:
+        """int64 ``(r1 - r0,)``: the last key index each query row ``r0 .. r1 - 1`` may see
+        (``i + Lk - Lq`` under the causal rule, may be < 0; ``Lk - 1`` otherwise)."""
+        r1 = self.Lq if r1 is None else r1
         if self.causal:
-            vis &= causal_visible(self.Lq, self.Lk)
-        if self.mask is not None:
-            vis &= self.mask[self.mask_map[b]] != -np.inf
-        return vis
+            return np.arange(r0, r1, dtype=np.int64) + (self.Lk - self.Lq)
+        return np.full(r1 - r0, self.Lk - 1, dtype=np.int64)
+
+    def rows(self, g0: int, g1: int, r0: int, r1: int) -> RowMask:
+        """The :class:`RowMask` of entries ``g0 .. g1 - 1`` and query rows ``r0 .. r1 - 1``
+        (``n = (g1 - g0) * (r1 - r0)`` rows, entry-major)."""
+        lim = np.tile(self.row_limits(r0, r1), g1 - g0)
+        if self.mask is None:
+            return RowMask(lim, None, None)
+        planes = self.mask[self.mask_map[g0:g1][:, None], np.arange(r0, r1)[None, :]]
+        vis = planes != -np.inf
+        add = np.where(vis, planes, np.float32(0.0))
+        vis2 = None if vis.all() else np.ascontiguousarray(vis.reshape((-1, self.Lk)))
+        return RowMask(lim, vis2, add if np.any(add) else None)
+
+    def no_key_rows(self) -> np.ndarray | None:
+        """Boolean ``(B, Lq)``: query rows that see no key (causal and mask combined), or None
+        when every row sees one (computed once per call by :func:`lowprec.attention`)."""
+        Lq, Lk = self.Lq, self.Lk
+        if self.mask is None:
+            if Lk == 0:
+                return np.ones((self.B, Lq), dtype=bool)
+            if not self.causal or Lq <= Lk:
+                return None
+            return np.broadcast_to(self.row_limits() < 0, (self.B, Lq))
+        vis = self.mask != -np.inf
+        if self.causal:
+            vis = vis & causal_visible(Lq, Lk)[None]
+        none = ~vis.any(axis=2)
+        return none[self.mask_map] if none.any() else None
+
+
+class RowMask(NamedTuple):
+    """Visibility of a chunk of rows (:meth:`Problem.rows`).
+
+    Attributes:
+        lim: int64 ``(n,)``: the last key each row may see (causal; may be < 0).
+        vis: None, or boolean ``(n, Lk)``: keys the additive mask leaves visible.
+        add: None, or float32 ``(entries, rows, Lk)``: the finite additive mask values (0 where
+            masked).
+    """
+
+    lim: np.ndarray
+    vis: np.ndarray | None
+    add: np.ndarray | None
+
+    def visible(self, Lk: int) -> np.ndarray | None:
+        """Boolean ``(n, Lk)``: keys each row sees (causal limit and mask combined), or None
+        when every row sees every key."""
+        if self.vis is None and not (self.lim < Lk - 1).any():
+            return None
+        cols = np.arange(Lk)[None, :] <= self.lim[:, None]
+        return cols if self.vis is None else cols & self.vis
+
+    def none_visible(self, Lk: int) -> np.ndarray:
+        """Boolean ``(n,)``: rows of the chunk that see no key."""
+        if Lk == 0:
+            return np.ones(self.lim.shape, dtype=bool)
+        if self.vis is None:
+            return self.lim < 0
+        cols = np.arange(Lk)[None, :]
+        return ~np.any(self.vis & (cols <= self.lim[:, None]), axis=1)
+
+
+CHUNK_ELEMS = 1 << 22  # logits per chunk of the row-wise schemes (bounds their memory)
+
+
+def row_chunks(B: int, Lq: int, Lk: int, elems: int = CHUNK_ELEMS):
+    """``(g0, g1, r0, r1)`` steps over (entries, query rows) with about ``elems`` logits each:
+    whole entries while they fit, else row ranges of one entry."""
+    per = max(1, elems // max(Lk, 1))
+    if per >= Lq:
+        gh = max(1, per // max(Lq, 1))
+        for g0 in range(0, B, gh):
+            yield g0, min(B, g0 + gh), 0, Lq
+    else:
+        for g in range(B):
+            for r0 in range(0, Lq, per):
+                yield g, g + 1, r0, min(Lq, r0 + per)
+
+
+def mask_planes(arr: np.ndarray, lead: tuple, Lq: int, Lk: int, what: str, dtype):
+    """``(planes (M, Lq, Lk) of dtype (None: arr's), map (B,) int64)`` of a mask array
+    broadcastable to ``lead + (Lq, Lk)``: the mask's own leading dims broadcast against
+    ``lead`` and its ``(Lq, Lk)`` planes are shared between batch entries (never copied per
+    head).  ValueError when it does not broadcast."""
+    full = tuple(lead) + (Lq, Lk)
+    try:
+        ok = np.broadcast_shapes(arr.shape, full) == full
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{what} of shape {arr.shape} does not broadcast to {full} (leading dims, Lq, Lk)"
+        )
+    arr = arr.reshape((1,) * (len(full) - arr.ndim) + arr.shape)
+    mlead = arr.shape[:-2]
+    idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
+    mmap = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
+    planes = np.broadcast_to(arr, mlead + (Lq, Lk)).reshape((-1, Lq, Lk))
+    return np.ascontiguousarray(planes, dtype=dtype), mmap
 
 
 def causal_visible(Lq: int, Lk: int) -> np.ndarray:
@@ -103,12 +205,6 @@ def causal_visible(Lq: int, Lk: int) -> np.ndarray:
     i = np.arange(Lq)[:, None]
     j = np.arange(Lk)[None, :]
     return j <= i + (Lk - Lq)
-
-
-@njit(inline="always", cache=True)
-def causal_limit(i, Lq, Lk):
-    """Largest key index visible from query ``i`` under the causal rule (may be < 0)."""
-    return i + (Lk - Lq)
 
 
 def _as_float(x, what: str, min_ndim: int = 2, shape_hint: str = "(..., L, d)"):
@@ -128,12 +224,7 @@ def _check_scale(scale, d: int) -> float:
         if d == 0:
             raise ValueError("head dimension d is 0: give an explicit scale")
         return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
-        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
-    s = float(scale)
-    if not math.isfinite(s):
-        raise ValueError(f"scale must be finite, got {s}")
-    return s
+    return check_real(scale, "scale")
 
 
 def _prepare_mask(attn_mask, lead: tuple, Lq: int, Lk: int):
@@ -148,19 +239,11 @@ def _prepare_mask(attn_mask, lead: tuple, Lq: int, Lk: int):
         m = attn_mask.detach().contiguous().numpy()
     else:
         m, _ = to_numpy(attn_mask, "attn_mask")
-    full = lead + (Lq, Lk)
-    try:
-        ok = np.broadcast_shapes(m.shape, full) == full
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"attn_mask of shape {m.shape} does not broadcast to {full} (leading dims, Lq, Lk)"
-        )
-    if m.dtype == np.bool_:
-        add = np.where(m, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
-    elif m.dtype.kind == "f" or m.dtype == BF16:
-        add = np.asarray(m, dtype=np.float32)
+    planes, mask_map = mask_planes(m, lead, Lq, Lk, "attn_mask", None)
+    if planes.dtype == np.bool_:
+        add = np.where(planes, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
+    elif planes.dtype.kind == "f" or planes.dtype == BF16:
+        add = np.asarray(planes, dtype=np.float32)
         if np.isnan(add).any():
             raise ValueError("attn_mask contains NaN; use -inf (or False) to mask a key")
         if (add == np.inf).any():
@@ -170,15 +253,7 @@ def _prepare_mask(attn_mask, lead: tuple, Lq: int, Lk: int):
             f"attn_mask has dtype {m.dtype}; allowed: bool (True = attend) or a float dtype "
             "(added to the scaled scores)"
         )
-    # leading dims of the mask, broadcast against lead; share the (Lq, Lk) planes between
-    # batch entries instead of materializing B copies
-    nd = len(full)
-    add = add.reshape((1,) * (nd - add.ndim) + add.shape)
-    mlead = add.shape[:-2]
-    idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
-    mask_map = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
-    planes = np.broadcast_to(add, mlead + (Lq, Lk)).reshape((-1, Lq, Lk))
-    return np.ascontiguousarray(planes, dtype=np.float32), mask_map
+    return np.ascontiguousarray(add), mask_map
 
 
 def prepare(q, k, v, *, scale=None, causal=False, attn_mask=None, keep_float64=False):
@@ -203,8 +278,7 @@ def prepare(q, k, v, *, scale=None, causal=False, attn_mask=None, keep_float64=F
             f"leading (batch, head) dims of q {qa.shape}, k {ka.shape}, v {va.shape} do not "
             "broadcast"
         ) from None
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    check_bool(causal, "causal")
     Lq, d = qa.shape[-2:]
     Lk, dv = va.shape[-2:]
     s = _check_scale(scale, d)
@@ -241,9 +315,7 @@ def finish(out: np.ndarray, prob: Problem, as_torch: bool):
 
 def check_block(value, name: str) -> int:
     """Validate a tile size (positive int)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
+    return check_int(value, name, 1, what="a positive int")
 
 
 def check_options(options: dict, scheme: str, allowed: tuple) -> None:
@@ -319,10 +391,7 @@ def core_lead(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> tuple:
                          "broadcast") from None
 
 
-__all__ = ["Problem", "prepare", "finish", "causal_visible", "causal_limit", "check_block",
+__all__ = ["Problem", "RowMask", "prepare", "finish", "causal_visible", "check_block",
+           "row_chunks", "mask_planes",
            "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",
            "is_torch"]
-
-from ..formats._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)
