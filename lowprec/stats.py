@@ -113,6 +113,34 @@ def to_jsonable(obj, *, strict: bool = True):
     return str(obj)
 
 
+def sqnr_db(signal: float, noise: float) -> float:
+    """Signal-to-quantization-noise ratio ``10 log10(signal / noise)`` in dB from the two
+    energies (sums of squares): the one SQNR of lowprec.  ``inf`` when ``noise == 0``,
+    ``-inf`` when ``signal == 0 < noise``, NaN when either is NaN.
+
+    Example:
+        >>> sqnr_db(100.0, 1.0)
+        20.0
+    """
+    if math.isnan(signal) or math.isnan(noise):
+        return math.nan
+    if noise == 0:
+        return math.inf
+    if signal == 0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def sqnr(out, ref) -> float:
+    """:func:`sqnr_db` of ``out`` against ``ref`` (float64 sums over all elements; a
+    non-finite output element counts as infinite noise)."""
+    o = np.asarray(out, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(np.isfinite(o), o - r, np.inf)
+        return sqnr_db(float(np.sum(r * r)), float(np.sum(err * err)))
+
+
 @dataclass
 class BapsStats(Stats):
     """Restart statistics of BAPS tiled attention (specs/attention.md sections 2 and 8).
@@ -263,4 +291,4 @@ def __getattr__(name: str):
     return cls
 
 
-__all__ = ["Stats", "BapsStats", "IntAttentionStats", "to_jsonable"]
+__all__ = ["Stats", "BapsStats", "IntAttentionStats", "to_jsonable", "sqnr_db", "sqnr"]

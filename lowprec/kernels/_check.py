@@ -36,13 +36,15 @@ def _range_text(lo, hi) -> str:
 
 
 def check_int(value, name: str, lo: int | None = None, hi: int | None = None,
-              what: str | None = None) -> int:
+              what: str | None = None, *, type_error: bool = False) -> int:
     """``value`` as an int within ``[lo, hi]`` (either bound may be None); bools are refused.
 
     ValueError names the range (``what`` replaces the generic wording, e.g. ``"a positive
-    int"``).
+    int"``); with ``type_error`` a value that is not an int at all raises TypeError instead.
     """
     ok = not isinstance(value, bool) and isinstance(value, (int, np.integer))
+    if type_error and not ok:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if ok and ((lo is not None and value < lo) or (hi is not None and value > hi)):
         ok = False
     if not ok:
@@ -97,14 +99,14 @@ def int_input(x, what: str, lo: int, hi: int, *, allowed: str | None = None,
     """An integer array (numpy or CPU torch) whose values lie in ``[lo, hi]``; bool refused.
 
     TypeError names ``allowed`` (default: integer dtypes within the range); ValueError the
-    range (called ``range_name``, e.g. ``"int8"``, when given).
+    range (called ``range_name``, e.g. ``"int32"``, when given).
     """
     arr, _ = to_numpy(x, what)
     if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
         raise TypeError(f"{what} has dtype {arr.dtype}; allowed: "
                         f"{allowed or f'integer dtypes with values in [{lo}, {hi}]'}")
     if arr.size and (int(arr.min()) < lo or int(arr.max()) > hi):
-        name = f"the {range_name} range " if range_name else ""
+        name = f"{range_name} " if range_name else ""
         raise ValueError(f"{what} has values in [{int(arr.min())}, {int(arr.max())}], "
                          f"outside {name}[{lo}, {hi}]")
     return arr

@@ -69,6 +69,17 @@ def _codes(x2: np.ndarray, s64: np.ndarray, qmin: int, what: str = "x") -> np.nd
     return out.view(np.int8).reshape((N, M))
 
 
+def row_scales(x2: np.ndarray, scale_dtype: str = "float64") -> np.ndarray:
+    """The data scale ``amax / 127`` of each row of a float32/float64 ``(N, M)`` array:
+    float64 (QFlash: 1.0 for an all-zero row) or float32 (:func:`lowprec.encode`'s rule)."""
+    amax = _amax_rows(np.ascontiguousarray(x2))
+    if scale_dtype == "float64":
+        return np.where(amax > 0, amax / INT8_QMAX, 1.0)
+    s = _integer._to_f32_scale(amax / INT8_QMAX)
+    s[amax == 0] = 1.0
+    return s
+
+
 def int8_rows(x2, *, scale_dtype: str = "float32", narrow: bool = True,
               zero_scale: float = 1.0, what: str = "x") -> tuple[np.ndarray, np.ndarray, int]:
     """Symmetric int8 codes with one scale per row of a 2-D float array (module docstring).
@@ -90,7 +101,7 @@ def int8_rows(x2, *, scale_dtype: str = "float32", narrow: bool = True,
         raise ValueError(f"scale_dtype {scale_dtype!r} is not one of {', '.join(SCALE_DTYPES)}")
     qmin = -INT8_QMAX if narrow else INT8_QMIN_WIDE
     if scale_dtype == "float16":
-        x16 = np.asarray(x2).astype(np.float16)
+        x16 = np.asarray(x2).astype(np.float16)  # the caller checks that x fits float16
         amax = np.abs(x16).max(axis=1, keepdims=True, initial=np.float16(0))
         s = (amax / np.float16(INT8_QMAX)).astype(np.float16)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -102,16 +113,11 @@ def int8_rows(x2, *, scale_dtype: str = "float32", narrow: bool = True,
     if x.dtype not in (np.float32, np.float64):
         x = x.astype(np.float32)
     x = np.ascontiguousarray(x)
-    amax = _amax_rows(x)
-    if scale_dtype == "float64":
-        s = np.where(amax > 0, amax / INT8_QMAX, 1.0)
-        return _codes(x, s, qmin, what), s, 0
-    if zero_scale == 1.0:
-        s = _integer._to_f32_scale(amax / INT8_QMAX)
-        s[amax == 0] = 1.0
+    if scale_dtype == "float64" or zero_scale == 1.0:
+        s = row_scales(x, scale_dtype)
         codes = _codes(x, s.astype(np.float64), qmin, what)
         return codes, s, saturated(x, s[:, None])
-    s = (amax / INT8_QMAX).astype(np.float32)
+    s = (_amax_rows(x) / INT8_QMAX).astype(np.float32)
     zero = s == 0
     codes = _codes(x, np.where(zero, 1.0, s.astype(np.float64)), qmin, what)
     if zero.any():
@@ -275,6 +281,6 @@ def exact_pv(P: np.ndarray, v8: np.ndarray, max_row_sum: int) -> np.ndarray:
     return np.matmul(P.astype(np.float64), v8.astype(np.float64))
 
 
-__all__ = ["int8_rows", "quantize_qkv", "QKV8", "quantize_int8", "saturated", "gemm_dtype",
-           "check_gemm_depth", "int_scores", "exact_pv", "INT8_QMAX", "INT8_D_MAX", "F32_EXACT",
-           "SCALE_DTYPES"]
+__all__ = ["int8_rows", "row_scales", "quantize_qkv", "QKV8", "quantize_int8", "saturated",
+           "gemm_dtype", "check_gemm_depth", "int_scores", "exact_pv", "INT8_QMAX",
+           "INT8_D_MAX", "F32_EXACT", "SCALE_DTYPES"]

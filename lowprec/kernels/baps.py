@@ -34,11 +34,14 @@ import numpy as np
 
 from ..formats import api as _fmt
 from ..formats._bits import F32_EXP
+from ..stats import BapsStats
 from . import Scheme, register
 from .online import (
     ACC_BF16,
     ACC_F16,
     ACC_F32,
+    BLOCK_K_DEFAULT,
+    BLOCK_Q_DEFAULT,
     CRIT_FIRST,
     CRIT_FIRST_DIAG,
     CRIT_FIRST_LAST,
@@ -58,9 +61,9 @@ from .online import (
     ROUND_RINT,
     EngineConfig,
     run_engine,
+    tile_stats,
 )
 from .problem import LOG2E, Problem, check_block, softmax_rows
-from .reference import BLOCK_K_DEFAULT, BLOCK_Q_DEFAULT, tile_stats
 
 CONFIGS = {
     "default": "bf16 inputs, float32 softmax (FlashAttention-2, base 2)",
@@ -313,6 +316,8 @@ register(Scheme(
     _baps,
     options=("config", "block_q", "block_k", "input_dtype", "tau", "critical", "max_round",
              "granularity", "accum", "exp2_fp16"),
+    variants=("config", tuple(CONFIGS)), shape_dependent=("critical",), stats=BapsStats,
+    order=20,
 ))
 
 register(Scheme("hif8_exp2", "BAPS softmax: exp2 in HiF8 (or E4M3/E5M2) with an integer row max",

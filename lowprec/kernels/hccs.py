@@ -397,7 +397,7 @@ def output_scale(path: str = "i16_div", out_shift: int = 0, clb_T: int = CLB_T_D
 def _int8_logits(x8) -> tuple[np.ndarray, bool]:
     arr = int_input(x8, "x8", -128, 127,
                     allowed="int8 (or an integer dtype with values in [-128, 127])",
-                    range_name="int8")
+                    range_name="the int8 range")
     if arr.ndim < 1:
         raise ValueError("x8 must have at least one dim (rows along the last axis)")
     return np.ascontiguousarray(arr, dtype=np.int8), not isinstance(x8, np.ndarray) and \

@@ -468,15 +468,15 @@ def _fused_rows(S, cint, lim, lut, nb, mode, pmax, P, info):
         info[r, _I_PSUM] = psum
 
 
-@jit
+@jit(parallel=True)
 def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
     """LUT softmax of float32 scores ``x`` (N, L) into float32 ``out`` (see
     :func:`index_softmax_float`); ``-inf`` scores and masked keys give 0, rows with NaN or
-    ``+inf``, or without a visible finite score, give NaN."""
+    ``+inf``, or without a visible finite score, give NaN.  Rows run in parallel."""
     N, L = x.shape
     cf64 = np.float64(cf)
-    idxs = np.empty(L, np.int64)
-    for r in range(N):
+    for r in prange(N):
+        idxs = np.empty(L, np.int64)
         top = min(lim[r], L - 1)
         m = -np.inf
         nvis = 0
@@ -558,15 +558,16 @@ def _exaq_moments(x, lim, vis, has_vis, acc):
     return acc
 
 
-@jit
+@jit(parallel=True)
 def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
     """EXAQ softmax of float32 scores ``x`` (N, L): max-centred scores clipped to ``[lo, 0]``,
     quantised to ``nlev`` levels ``lo + q delta`` (``q = RNE((x - lo) / delta)``), float64
-    softmax rounded to float32; masked keys give 0, rows without a visible key NaN."""
+    softmax rounded to float32; masked keys give 0, rows without a visible key NaN.  Rows run
+    in parallel; each exponential is computed once."""
     N, L = x.shape
     quant = delta > 0.0 and np.isfinite(delta)
-    xq = np.empty(L, np.float64)
-    for r in range(N):
+    for r in prange(N):
+        xq = np.empty(L, np.float64)
         top = min(lim[r], L - 1)
         m = _row_max(x, r, top, vis, has_vis)
         if m == -np.inf or m != m or m == np.inf:
@@ -593,12 +594,15 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
         z = 0.0
         for j in range(L):
             if xq[j] != -np.inf:
-                z += np.exp(xq[j] - mq)
+                xq[j] = np.exp(xq[j] - mq)  # xq now holds the exponentials
+                z += xq[j]
+            else:
+                xq[j] = -1.0  # masked: output 0
         for j in range(L):
-            if xq[j] == -np.inf:
+            if xq[j] == -1.0:
                 out[r, j] = 0.0
             else:
-                out[r, j] = np.float32(np.exp(xq[j] - mq) / z)
+                out[r, j] = np.float32(xq[j] / z)
 
 
 @jit(parallel=True)
@@ -1189,21 +1193,23 @@ register(Scheme(
     _intattention,
     options=("bits", "c", "index_rounding", "granularity", "block", "deploy", "neon_tail",
              "p_format"),
+    stats=IntAttentionStats, order=50,
 ))
 register(Scheme(
     "quant_only",
     "IntAttention baseline: int8 q/k/v, float32 softmax, P = RNE(127 p) as int8",
-    _quant_only, options=("granularity", "block"),
+    _quant_only, options=("granularity", "block"), stats=IntAttentionStats, order=60,
 ))
 register(Scheme(
     "index_softmax_only",
     "IntAttention baseline: float32 scores with the IndexSoftmax LUT softmax",
-    _index_softmax_only, options=("bits", "c", "index_rounding"),
+    _index_softmax_only, options=("bits", "c", "index_rounding"), stats=IntAttentionStats,
+    order=70,
 ))
 register(Scheme(
     "exaq",
     "EXAQ: 2/3/4-bit clipped quantisation of the max-centred scores (C = a sigma + b)",
-    _exaq, options=("bits",),
+    _exaq, options=("bits",), stats=IntAttentionStats, order=75,
 ))
 register(Scheme("index_softmax", "IndexSoftmax LUT softmax on float scores (b=5, c=6.6)",
                 _softmax_index, options=("bits", "c", "index_rounding"), kind="softmax"))

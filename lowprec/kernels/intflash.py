@@ -47,9 +47,21 @@ from ..formats._arrays import to_numpy
 from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
-from .online import _exp2_float, _round_f16
-from .problem import LOG2E, Problem, check_block, core_lead, int8_input
-from .qflash import D_MAX
+from ._check import check_bool, check_choice, check_real, float_input
+from ._fp import exp2_f32 as _exp2_float
+from ._fp import round_f16 as _round_f16
+from ._int8 import INT8_D_MAX as D_MAX
+from ._int8 import gemm_dtype, int8_rows, int_scores
+from .problem import (
+    LOG2E,
+    Problem,
+    check_block,
+    core_lead,
+    int8_input,
+    kernel_array,
+    mask_planes,
+    row_chunks,
+)
 
 BLOCK_Q_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
 BLOCK_K_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
@@ -86,39 +98,23 @@ class IntFlashInputs(NamedTuple):
 
 
 def _float_input(x, what: str) -> np.ndarray:
-    arr, _ = to_numpy(x, what)
-    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
-        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: float32, float16, bfloat16, "
-                        "float64")
-    if arr.ndim < 2:
-        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
-    if arr.dtype.name == "bfloat16":
-        arr = arr.astype(np.float32)
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{what} contains NaN or Inf; INT-FlashAttention needs finite inputs")
-    return arr
+    arr = float_input(x, what, min_ndim=2, finite=True,
+                      why="INT-FlashAttention needs finite inputs")
+    return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
 
 
-def _quantize(x: np.ndarray, axes: tuple, scale_dtype: str):
-    """Symmetric int8 codes and float32 scales with max-abs over ``axes``."""
+def _quantize(x: np.ndarray, ndim: int, scale_dtype: str):
+    """Symmetric int8 codes and float32 scales with max-abs over the last ``ndim`` axes (the
+    int8 plumbing with INT-FlashAttention's scale rules: a zero scale gives codes 0)."""
+    lead = x.shape[:x.ndim - ndim]
     if scale_dtype == "float16":
         x16 = x.astype(np.float16)
         if not np.isfinite(x16).all():
             raise ValueError("input does not fit float16 (|x| > 65504) for scale_dtype "
                              "'float16'")
-        amax = np.abs(x16).max(axis=axes, keepdims=True, initial=np.float16(0))
-        s = (amax / np.float16(INT8_QMAX)).astype(np.float16)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.rint((x16 / s).astype(np.float16)).astype(np.float64)
-    else:
-        amax = np.abs(x.astype(np.float64)).max(axis=axes, keepdims=True, initial=0.0)
-        s = (amax / INT8_QMAX).astype(np.float32)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.rint(x.astype(np.float64) / s.astype(np.float64))
-    r = np.where(s == 0, 0.0, r)
-    sat = int(np.count_nonzero(np.abs(r) > INT8_QMAX))
-    codes = np.clip(r, -INT8_QMAX, INT8_QMAX).astype(np.int8)
-    return codes, np.squeeze(s.astype(np.float32), axis=axes), sat
+    codes, s, sat = int8_rows(x.reshape((int(np.prod(lead, dtype=np.int64)), -1)),
+                              scale_dtype=scale_dtype, zero_scale=0.0)
+    return codes.reshape(x.shape), s.astype(np.float32).reshape(lead), sat
 
 
 def quantize_inputs(q, k, v, *, scale_dtype: str = "float32") -> IntFlashInputs:
@@ -146,14 +142,13 @@ def quantize_inputs(q, k, v, *, scale_dtype: str = "float32") -> IntFlashInputs:
         >>> qi = quantize_inputs(q, k, v)
         >>> o = intflash_core(*qi[:6], scale=0.125, block_q=64, block_k=64)
     """
-    if scale_dtype not in SCALE_DTYPES:
-        raise ValueError(f"scale_dtype {scale_dtype!r} is not one of {', '.join(SCALE_DTYPES)}")
+    check_choice(scale_dtype, "scale_dtype", SCALE_DTYPES)
     qa = _float_input(q, "q")
     ka = _float_input(k, "k")
     va = _float_input(v, "v")
-    q8, s_q, nq = _quantize(qa, (-1,), scale_dtype)
-    k8, s_k, nk = _quantize(ka, (-1,), scale_dtype)
-    v8, s_v, nv = _quantize(va, (-2, -1), scale_dtype)
+    q8, s_q, nq = _quantize(qa, 1, scale_dtype)
+    k8, s_k, nk = _quantize(ka, 1, scale_dtype)
+    v8, s_v, nv = _quantize(va, 2, scale_dtype)
     return IntFlashInputs(q8, k8, v8, s_q, s_k, s_v, (nq, nk, nv))
 
 
@@ -170,19 +165,22 @@ def _p8(p):
 
 
 @jit(parallel=True)
-def _intflash_kernel(q, kt, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br, Bc, half,
-                     round_out, out):
-    B, Lq, d = q.shape
-    Lk = kt.shape[2]
+def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br, Bc, half,
+                     round_out, g0, r0, Lq, out):
+    """Algorithm 1 on a chunk: ``S (gh, rows, Lk)`` holds the exact int8 score products of
+    entries ``g0 ..`` and query rows ``r0 ..`` (``r0`` a multiple of ``Br``); one task per
+    (entry, query tile).  Returns per-task counters ``(gh * nq, _NCOUNT)``."""
+    gh, rows, Lk = S.shape
     dv = out.shape[2]
-    nq = (Lq + Br - 1) // Br
+    nq = (rows + Br - 1) // Br
     nk = (Lk + Bc - 1) // Bc
-    ntask = B * nq
+    ntask = gh * nq
     cnt = np.zeros((ntask, _NCOUNT), dtype=np.int64)
     for task in prange(ntask):
-        b = task // nq
-        i0 = (task % nq) * Br
-        nr = min(Br, Lq - i0)
+        gi = task // nq
+        b = g0 + gi
+        i0 = r0 + (task % nq) * Br
+        nr = min(Br, r0 + rows - i0)
         mb = mmap[b]
         m = np.full(nr, _NINF, dtype=np.float32)
         lsum = np.ones(nr, dtype=np.float32)
@@ -190,7 +188,7 @@ def _intflash_kernel(q, kt, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal,
         sacc = np.empty(Bc, dtype=np.int64)
         y = np.empty(Bc, dtype=np.float32)
         p = np.empty(Bc, dtype=np.float32)
-        ti = np.empty(dv, dtype=np.int64)
+        ti = np.empty(dv, dtype=np.int32)
         tf = np.empty(dv, dtype=np.float32)
         c_tiles = 0
         c_skip = 0
@@ -226,12 +224,8 @@ def _intflash_kernel(q, kt, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal,
                     jl = min(nv, i + off - j0 + 1)
                 if jl <= 0:
                     continue
-                for jj in range(jl):
-                    sacc[jj] = 0
-                for kk in range(d):
-                    qv = np.int64(q[b, i, kk])
-                    for jj in range(jl):
-                        sacc[jj] += qv * kt[b, kk, j0 + jj]
+                for jj in range(jl):  # q8 k8^T (exact)
+                    sacc[jj] = np.int64(S[gi, i - r0, j0 + jj])
                 sqi = sq[b, i]
                 rmax = _NINF
                 for jj in range(jl):
@@ -266,8 +260,8 @@ def _intflash_kernel(q, kt, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal,
                         acc[r, cc] = np.float32(np.float32(acc[r, cc] * alpha) + tf[cc])
                 else:
                     ti[:] = 0
-                    for jj in range(jl):
-                        pq = _p8(p[jj])
+                    for jj in range(jl):  # int32 sums: block_k <= BLOCK_K_MAX
+                        pq = np.int32(_p8(p[jj]))
                         if pq != 0:
                             for cc in range(dv):
                                 ti[cc] += pq * v8[b, j0 + jj, cc]
@@ -324,37 +318,8 @@ class IntFlashStats(Stats):
     saturated: list = field(default_factory=list)
     calls: int = 0
 
-    _derived = ("total_tiles", "total_skipped_tiles", "total_rescales",
-                "total_fp16_overflows", "total_saturated")
-
-
-    def _total(self, name: str) -> int:
-        return int(sum(int(a.sum()) for a in getattr(self, name)))
-
-    @property
-    def total_tiles(self) -> int:
-        """Tiles computed over everything recorded."""
-        return self._total("tiles")
-
-    @property
-    def total_skipped_tiles(self) -> int:
-        """Tiles skipped over everything recorded."""
-        return self._total("skipped_tiles")
-
-    @property
-    def total_rescales(self) -> int:
-        """Running-max increases over everything recorded."""
-        return self._total("rescales")
-
-    @property
-    def total_fp16_overflows(self) -> int:
-        """float16 output overflows over everything recorded."""
-        return self._total("fp16_overflows")
-
-    @property
-    def total_saturated(self) -> int:
-        """Clamped int8 input codes over everything recorded."""
-        return int(sum(sum(t) for t in self.saturated))
+    _COUNTERS = ("tiles", "skipped_tiles", "rescales", "fp16_overflows")  # kernel columns
+    _totals = _COUNTERS + ("saturated",)
 
 
 # ------------------------------------------------------------------------------------------
@@ -389,43 +354,32 @@ def _mask_planes(mask, lead: tuple, Lq: int, Lk: int):
     arr = np.asarray(arr, dtype=np.float32)
     if np.isnan(arr).any() or (arr == np.inf).any():
         raise ValueError("mask contains NaN or +inf; use -inf to mask a key")
-    full = lead + (Lq, Lk)
-    try:
-        ok = np.broadcast_shapes(arr.shape, full) == full
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"mask of shape {arr.shape} does not broadcast to {full}")
-    arr = arr.reshape((1,) * (len(full) - arr.ndim) + arr.shape)
-    mlead = arr.shape[:-2]
-    idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
-    mmap = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
-    planes = np.ascontiguousarray(np.broadcast_to(arr, mlead + (Lq, Lk))).reshape((-1, Lq, Lk))
+    planes, mmap = mask_planes(arr, lead, Lq, Lk, "mask", np.float32)
     return planes, mmap, True
-
-
-def _writable(a: np.ndarray, dtype) -> np.ndarray:
-    """``a`` as a writable C-contiguous array of ``dtype`` (read-only views, e.g. from
-    ``np.broadcast_to``, would give the Numba kernel a second signature to compile)."""
-    a = np.ascontiguousarray(a, dtype=dtype)
-    return a if a.flags.writeable else a.copy()
 
 
 def _run(q8, k8, v8, vh, sq, sk, sv, scale, Br, Bc, causal, half, planes, mmap, has_mask,
          round_out=True):
-    """Flat validated arrays -> (float32 out holding float16 values, counters (B, _NCOUNT))."""
-    B, Lq, _ = q8.shape
+    """Flat validated arrays -> (float32 out holding float16 values, counters (B, _NCOUNT)):
+    the scores by the int8 plumbing's exact GEMM in chunks of whole query tiles."""
+    B, Lq, d = q8.shape
+    Lk = k8.shape[1]
     dv = vh.shape[2] if half else v8.shape[2]
-    qi = np.ascontiguousarray(q8, dtype=np.int32)
-    kt = np.ascontiguousarray(np.transpose(k8, (0, 2, 1)), dtype=np.int32)
+    dt = gemm_dtype(d)
+    qf = np.asarray(q8, dtype=dt)
+    kt = np.ascontiguousarray(np.transpose(k8, (0, 2, 1)), dtype=dt)
     c = np.float32(float(scale) * LOG2E)
     out = np.empty((B, Lq, dv), dtype=np.float32)
-    w = _writable
-    cnt = _intflash_kernel(qi, kt, w(v8, np.int32), w(vh, np.float32), w(sq, np.float32),
-                           w(sk, np.float32), w(sv, np.float32), c, w(planes, np.float32),
-                           w(mmap, np.int64), has_mask, causal, Br, Bc, half, round_out, out)
-    nq = -(-Lq // Br)
-    return out, cnt.reshape(B, nq, _NCOUNT).sum(axis=1)
+    w = kernel_array
+    args = (w(v8, np.int32), w(vh, np.float32), w(sq, np.float32), w(sk, np.float32),
+            w(sv, np.float32), c, w(planes, np.float32), w(mmap, np.int64), has_mask, causal,
+            Br, Bc, half, round_out)
+    counts = np.zeros((B, _NCOUNT), dtype=np.int64)
+    for g0, g1, r0, r1 in row_chunks(B, Lq, Lk, align=min(Br, max(Lq, 1))):
+        S = int_scores(qf[g0:g1, r0:r1], kt[g0:g1])
+        cnt = _intflash_kernel(S, *args, g0, r0, Lq, out)
+        counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
+    return out, counts
 
 
 def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_Q_DEFAULT,
@@ -466,10 +420,8 @@ def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_
         >>> qi = quantize_inputs(q, k, v)
         >>> o16 = intflash_core(qi.q8, qi.k8, qi.v8, qi.s_q, qi.s_k, qi.s_v, 0.125, 64, 64)
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
-    if output not in OUTPUTS:
-        raise ValueError(f"output {output!r} is not one of {', '.join(OUTPUTS)}")
+    check_choice(variant, "variant", VARIANTS)
+    check_choice(output, "output", OUTPUTS)
     half = variant == "half"
     qa = int8_input(q8, "q8")
     ka = int8_input(k8, "k8")
@@ -485,18 +437,13 @@ def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_
     else:
         va = int8_input(v8, "v8")
     lead = core_lead(qa, ka, va)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
-    if not math.isfinite(float(scale)):
-        raise ValueError(f"scale must be finite, got {scale}")
+    check_real(scale, "scale")
     Br = check_block(block_q, "block_q")
     Bc = check_block(block_k, "block_k")
     if Bc > BLOCK_K_MAX:
         raise ValueError(f"block_k = {Bc} > {BLOCK_K_MAX}: int32 tile sums of P8 v8 could wrap")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if not isinstance(return_stats, (bool, np.bool_)):
-        raise TypeError("return_stats must be a bool")
+    check_bool(causal, "causal")
+    check_bool(return_stats, "return_stats")
     Lq, d = qa.shape[-2:]
     Lk, dv = va.shape[-2:]
     B = int(np.prod(lead, dtype=np.int64))
@@ -530,11 +477,8 @@ def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_
 
 
 def _stats(cnt: np.ndarray, saturated: tuple) -> IntFlashStats:
-    return IntFlashStats(tiles=[np.ascontiguousarray(cnt[:, _C_TILES])],
-                         skipped_tiles=[np.ascontiguousarray(cnt[:, _C_SKIPPED])],
-                         rescales=[np.ascontiguousarray(cnt[:, _C_RESCALES])],
-                         fp16_overflows=[np.ascontiguousarray(cnt[:, _C_F16_OVF])],
-                         saturated=[tuple(int(x) for x in saturated)], calls=1)
+    return IntFlashStats.from_columns(cnt, IntFlashStats._COUNTERS,
+                                      saturated=[tuple(int(x) for x in saturated)])
 
 
 # ------------------------------------------------------------------------------------------
@@ -544,8 +488,7 @@ def _stats(cnt: np.ndarray, saturated: tuple) -> IntFlashStats:
 def _intflash(prob: Problem, return_stats: bool, block_q: int = BLOCK_Q_DEFAULT,
               block_k: int = BLOCK_K_DEFAULT, variant: str = "full",
               scale_dtype: str = "float32"):
-    if variant not in VARIANTS:
-        raise ValueError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
+    check_choice(variant, "variant", VARIANTS)
     Br = check_block(block_q, "block_q")
     Bc = check_block(block_k, "block_k")
     if Bc > BLOCK_K_MAX:
@@ -580,6 +523,7 @@ register(Scheme(
     "INT-FlashAttention: per-token int8 q/k, int8 (full) or fp16 (half) v, float32 softmax",
     _intflash,
     options=("block_q", "block_k", "variant", "scale_dtype"),
+    variants=("variant", VARIANTS), stats=IntFlashStats, order=30,
 ))
 
 __all__ = ["IntFlashInputs", "IntFlashStats", "quantize_inputs", "intflash_core",

@@ -30,12 +30,15 @@ from numba import prange
 from ..formats._bits import f32_as_u32
 from ..formats._jit import jit
 from ..formats.hif8 import HIF8_VALUES
+from ..stats import BapsStats
 from ._bytelut import build_tables, lut_index
 from ._fp import exp2_f32 as _exp2_float
 from ._fp import round_bf16 as _round_bf16
 from ._fp import round_f16 as _round_f16
 from ._gemm import RED, ROWS, pv_tile, qk_tile
 
+BLOCK_Q_DEFAULT = 128  # query rows per tile of flash and baps (docs/design.md)
+BLOCK_K_DEFAULT = 128  # keys per tile of flash and baps
 FA2 = 0
 E2E = 1
 EXP_FLOAT = 0
@@ -427,3 +430,11 @@ def run_engine(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, cau
         flags[:] = FLAG_SKIPPED
     return out, flags, rr.reshape(B, nq).sum(axis=1)
 
+
+def tile_stats(flags: np.ndarray, row_restarts: np.ndarray) -> BapsStats:
+    """One call's :class:`~lowprec.stats.BapsStats` from the engine's per-tile flags."""
+    tiles = ((flags == 0) | (flags == 1)).sum(axis=(1, 2)).astype(np.int64)
+    restarts = (flags == 1).sum(axis=(1, 2)).astype(np.int64)
+    return BapsStats(tiles=[tiles], restarts=[restarts],
+                     row_restarts=[np.asarray(row_restarts, dtype=np.int64)], flags=[flags],
+                     calls=1)

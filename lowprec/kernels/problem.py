@@ -115,18 +115,32 @@ class Problem:
     def no_key_rows(self) -> np.ndarray | None:
         """Boolean ``(B, Lq)``: query rows that see no key (causal and mask combined), or None
         when every row sees one (computed once per call by :func:`lowprec.attention`)."""
-        Lq, Lk = self.Lq, self.Lk
-        if self.mask is None:
-            if Lk == 0:
-                return np.ones((self.B, Lq), dtype=bool)
-            if not self.causal or Lq <= Lk:
-                return None
-            return np.broadcast_to(self.row_limits() < 0, (self.B, Lq))
-        vis = self.mask != -np.inf
-        if self.causal:
-            vis = vis & causal_visible(Lq, Lk)[None]
-        none = ~vis.any(axis=2)
-        return none[self.mask_map] if none.any() else None
+        return _no_key_rows(self.mask, self.mask_map, self.B, self.Lq, self.Lk, self.causal)
+
+
+def _no_key_rows(mask, mask_map, B: int, Lq: int, Lk: int, causal: bool):
+    if mask is None:
+        if Lk == 0:
+            return np.ones((B, Lq), dtype=bool)
+        if not causal or Lq <= Lk:
+            return None
+        return np.broadcast_to(np.arange(Lq) + (Lk - Lq) < 0, (B, Lq))
+    vis = mask != -np.inf
+    if causal:
+        vis = vis & causal_visible(Lq, Lk)[None]
+    none = ~vis.any(axis=2)
+    return none[mask_map] if none.any() else None
+
+
+def no_key_rows(attn_mask, lead: tuple, Lq: int, Lk: int, causal: bool = False):
+    """Boolean ``lead + (Lq,)``: query rows that see no key under ``attn_mask`` (boolean or
+    additive, as :func:`lowprec.attention` takes it) and the bottom-right causal rule, or None
+    when every row sees one (the rule of :meth:`Problem.no_key_rows`, for callers that hold a
+    mask but no Problem, e.g. ``lp.emulate``)."""
+    mask, mask_map = _prepare_mask(attn_mask, tuple(lead), Lq, Lk)
+    B = int(np.prod(lead, dtype=np.int64))
+    none = _no_key_rows(mask, mask_map, B, Lq, Lk, causal)
+    return None if none is None else np.asarray(none).reshape(tuple(lead) + (Lq,))
 
 
 class RowMask(NamedTuple):
@@ -164,10 +178,12 @@ class RowMask(NamedTuple):
 CHUNK_ELEMS = 1 << 22  # logits per chunk of the row-wise schemes (bounds their memory)
 
 
-def row_chunks(B: int, Lq: int, Lk: int, elems: int = CHUNK_ELEMS):
+def row_chunks(B: int, Lq: int, Lk: int, elems: int = CHUNK_ELEMS, align: int = 1):
     """``(g0, g1, r0, r1)`` steps over (entries, query rows) with about ``elems`` logits each:
-    whole entries while they fit, else row ranges of one entry."""
+    whole entries while they fit, else row ranges of one entry starting at multiples of
+    ``align`` (a query tile size, so that chunks hold whole tiles)."""
     per = max(1, elems // max(Lk, 1))
+    per = max(align, per // align * align)
     if per >= Lq:
         gh = max(1, per // max(Lq, 1))
         for g0 in range(0, B, gh):
@@ -313,6 +329,13 @@ def finish(out: np.ndarray, prob: Problem, as_torch: bool):
     return torch.from_numpy(np.ascontiguousarray(res))
 
 
+def kernel_array(a: np.ndarray, dtype) -> np.ndarray:
+    """``a`` as a writable C-contiguous array of ``dtype`` (a read-only view, e.g. from
+    ``np.broadcast_to``, would give a Numba kernel a second signature to compile)."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    return a if a.flags.writeable else a.copy()
+
+
 def check_block(value, name: str) -> int:
     """Validate a tile size (positive int)."""
     return check_int(value, name, 1, what="a positive int")
@@ -392,6 +415,7 @@ def core_lead(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> tuple:
 
 
 __all__ = ["Problem", "RowMask", "prepare", "finish", "causal_visible", "check_block",
+           "no_key_rows", "kernel_array",
            "row_chunks", "mask_planes",
            "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",
            "is_torch"]
