@@ -470,15 +470,19 @@ def _fused_rows(S, cint, lim, lut, nb, mode, pmax, P, info):
 
 @jit(parallel=True)
 def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
-    """LUT softmax of float32 scores ``x`` (N, L) into float32 ``out`` (see
-    :func:`index_softmax_float`); ``-inf`` scores and masked keys give 0, rows with NaN or
-    ``+inf``, or without a visible finite score, give NaN.  Rows run in parallel."""
+    """LUT softmax of float32 scores ``x`` (N, L) into ``out`` (float32, or float64 holding the
+    float32 results; see :func:`index_softmax_float`); ``-inf`` scores and masked keys give 0,
+    rows with NaN or ``+inf``, or without a visible finite score, give NaN.  Rows run in
+    parallel; every step is one float32 operation (IEEE: the same bits as the float64
+    evaluation rounded once, which the spec states)."""
     N, L = x.shape
-    cf64 = np.float64(cf)
+    nb32 = np.float32(nb)
+    ne = lut.shape[0]
     for r in prange(N):
         idxs = np.empty(L, np.int64)
+        ptab = np.empty(ne, np.float32)
         top = min(lim[r], L - 1)
-        m = -np.inf
+        m = np.float32(-np.inf)
         nvis = 0
         bad = False
         for j in range(top + 1):
@@ -501,24 +505,23 @@ def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
             if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
                 idxs[j] = -1
                 continue
-            dd = np.float32(np.float64(m) - np.float64(x[r, j]))
+            dd = np.float32(m - x[r, j])
             if dd > cf:
                 dd = cf
-            q = np.float32(np.float64(np.float32(np.float64(dd) * nb)) / cf64)
+            q = np.float32(np.float32(dd * nb32) / cf)
             if mode == _MODE_FLOOR:
                 idx = np.int64(q)
             else:
-                idx = np.int64(np.rint(np.float64(q)))
+                idx = np.int64(np.rint(q))
             if idx > nb:
                 idx = nb
             idxs[j] = idx
             z += lut[idx]
-        zf = np.float64(np.float32(z))
+        zf = np.float32(z)
+        for u in range(ne):
+            ptab[u] = np.float32(np.float32(lut[u]) / zf)
         for j in range(L):
-            if idxs[j] < 0:
-                out[r, j] = 0.0
-            else:
-                out[r, j] = np.float32(np.float64(lut[idxs[j]]) / zf)
+            out[r, j] = 0.0 if idxs[j] < 0 else ptab[idxs[j]]
 
 
 @jit
@@ -533,29 +536,47 @@ def _row_max(x, r, top, vis, has_vis):
     return m
 
 
-@jit
-def _exaq_moments(x, lim, vis, has_vis, acc):
-    """Accumulate count, sum, sum of squares and min of the max-centred visible finite scores
-    (float32 ``x - rowmax``) into ``acc`` (4,) float64."""
+@jit(parallel=True)
+def _row_maxes(x, lim, vis, has_vis, m):
+    """``m[r]`` = :func:`_row_max` of every row (in parallel)."""
     N, L = x.shape
+    for r in prange(N):
+        m[r] = _row_max(x, r, min(lim[r], L - 1), vis, has_vis)
+
+
+@jit
+def _exaq_accumulate(x, m, lim, vis, has_vis, acc):
+    """The sums of :func:`_exaq_moments`, in one sequential pass (their order is part of the
+    result)."""
+    N, L = x.shape
+    n, s1, s2, mn = acc[0], acc[1], acc[2], acc[3]  # in registers: same sums, same order
     for r in range(N):
-        top = min(lim[r], L - 1)
-        m = _row_max(x, r, top, vis, has_vis)
-        if m == -np.inf or m != m or m == np.inf:
+        mr = m[r]
+        if mr == -np.inf or mr != mr or mr == np.inf:
             continue
-        for j in range(top + 1):
+        for j in range(min(lim[r], L - 1) + 1):
             if has_vis and not vis[r, j]:
                 continue
             v = x[r, j]
             if v == -np.inf or v != v:
                 continue
-            xc = np.float64(np.float32(np.float64(v) - np.float64(m)))
-            acc[0] += 1.0
-            acc[1] += xc
-            acc[2] += xc * xc
-            if xc < acc[3]:
-                acc[3] = xc
+            xc = np.float64(np.float32(np.float64(v) - np.float64(mr)))
+            n += 1.0
+            s1 += xc
+            s2 += xc * xc
+            if xc < mn:
+                mn = xc
+    acc[0], acc[1], acc[2], acc[3] = n, s1, s2, mn
     return acc
+
+
+def _exaq_moments(x, lim, vis, has_vis, acc):
+    """Accumulate count, sum, sum of squares and min of the max-centred visible finite scores
+    (float32 ``x - rowmax``) into ``acc`` (4,) float64: row maxima in parallel, the sums in
+    row-major order."""
+    m = np.empty(x.shape[0], dtype=np.float64)
+    _row_maxes(x, lim, vis, has_vis, m)
+    return _exaq_accumulate(x, m, lim, vis, has_vis, acc)
 
 
 @jit(parallel=True)
@@ -563,11 +584,15 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
     """EXAQ softmax of float32 scores ``x`` (N, L): max-centred scores clipped to ``[lo, 0]``,
     quantised to ``nlev`` levels ``lo + q delta`` (``q = RNE((x - lo) / delta)``), float64
     softmax rounded to float32; masked keys give 0, rows without a visible key NaN.  Rows run
-    in parallel; each exponential is computed once."""
+    in parallel; with quantisation the exponential of each level is computed once per row (the
+    same float64 values, summed in key order)."""
     N, L = x.shape
     quant = delta > 0.0 and np.isfinite(delta)
+    nl = int(nlev)
     for r in prange(N):
         xq = np.empty(L, np.float64)
+        lev = np.empty(L, np.int64)  # level of each key (-1 masked, -2 NaN, -3 unquantised)
+        ev = np.empty(nl, np.float64)
         top = min(lim[r], L - 1)
         m = _row_max(x, r, top, vis, has_vis)
         if m == -np.inf or m != m or m == np.inf:
@@ -577,32 +602,37 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
         mq = -np.inf
         for j in range(L):
             if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
-                xq[j] = -np.inf
+                lev[j] = -1
                 continue
             xc = np.float64(np.float32(np.float64(x[r, j]) - np.float64(m)))
             if xc != xc:
+                lev[j] = -2
                 xq[j] = np.nan
                 continue
             xv = min(max(xc, lo), 0.0)
+            lev[j] = -3
             if quant:
                 q = np.rint((xv - lo) / delta)
                 q = min(max(q, 0.0), nlev - 1.0)
+                lev[j] = np.int64(q)
                 xv = lo + q * delta
             xq[j] = xv
             if xv > mq:
                 mq = xv
+        if quant:
+            for u in range(nl):
+                ev[u] = np.exp((lo + np.float64(u) * delta) - mq)
         z = 0.0
         for j in range(L):
-            if xq[j] != -np.inf:
-                xq[j] = np.exp(xq[j] - mq)  # xq now holds the exponentials
+            u = lev[j]
+            if u >= 0:
+                xq[j] = ev[u]  # xq now holds the exponentials
+            elif u != -1:
+                xq[j] = np.exp(xq[j] - mq)
+            if u != -1:
                 z += xq[j]
-            else:
-                xq[j] = -1.0  # masked: output 0
         for j in range(L):
-            if xq[j] == -1.0:
-                out[r, j] = 0.0
-            else:
-                out[r, j] = np.float32(xq[j] / z)
+            out[r, j] = 0.0 if lev[j] == -1 else np.float32(xq[j] / z)
 
 
 @jit(parallel=True)
@@ -1056,13 +1086,15 @@ def _scores(prob: Problem, g0: int, g1: int, r0: int, r1: int, add, q64, k64t) -
 
 
 def _float64_operands(prob: Problem):
-    """q (B, Lq, d) and k transposed (B, d, Lk) in float64, for the float score schemes."""
+    """q (B, Lq, d), k transposed (B, d, Lk) and v in float64, for the float score schemes."""
     return (prob.q.astype(np.float64),
-            np.ascontiguousarray(prob.k.transpose(0, 2, 1), dtype=np.float64))
+            np.ascontiguousarray(prob.k.transpose(0, 2, 1), dtype=np.float64),
+            prob.v.astype(np.float64))
 
 
-def _float_rows_output(P: np.ndarray, prob: Problem, g0: int, g1: int) -> np.ndarray:
-    return np.matmul(P.astype(np.float64), prob.v[g0:g1].astype(np.float64))
+def _float_rows_output(P: np.ndarray, v64: np.ndarray, g0: int, g1: int) -> np.ndarray:
+    """``O = P v`` in float64 (``P`` float64 holding the float32 probabilities)."""
+    return np.matmul(P, v64[g0:g1])
 
 
 def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
@@ -1074,18 +1106,18 @@ def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFA
     mode = _index_mode(index_rounding)
     Lk = prob.Lk
     lut = index_lut(b, cf).astype(np.int64)
-    q64, k64t = _float64_operands(prob)
+    q64, k64t, v64 = _float64_operands(prob)
     empty_rows = 0
 
     def step(g0, g1, r0, r1, rm):
         nonlocal empty_rows
         lim, vis, add = rm
         sc = _scores(prob, g0, g1, r0, r1, add, q64, k64t)
-        P = np.empty(sc.shape, dtype=np.float32)
+        P = np.empty(sc.shape, dtype=np.float64)
         _float_index_rows(sc, lim, _NO_VIS if vis is None else vis, vis is not None, lut,
                           (1 << b) - 1, np.float32(cf), mode, P)
         empty_rows += int(np.count_nonzero(np.isnan(P[:, 0]))) if Lk else 0
-        return _float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), prob, g0, g1)
+        return _float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
 
     out = _each_chunk(prob, step)
     if Lk == 0:
@@ -1103,7 +1135,7 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
     b = _check_exaq_bits(bits)
     B, Lq, Lk = prob.B, prob.Lq, prob.Lk
     acc = np.array([0.0, 0.0, 0.0, np.inf])
-    q64, k64t = _float64_operands(prob)
+    q64, k64t, v64 = _float64_operands(prob)
     scores = {}
 
     def moments(g0, g1, r0, r1, rm):  # pass 1: sigma and min over the whole call
@@ -1121,11 +1153,11 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
         nonlocal empty_rows
         lim, vis, add = rm
         sc = scores.pop((g0, r0))
-        P = np.empty(sc.shape, dtype=np.float32)
+        P = np.empty(sc.shape, dtype=np.float64)
         _exaq_rows(sc, lim, _NO_VIS if vis is None else vis, vis is not None, lo, delta,
                    float(1 << b), P)
         empty_rows += int(np.count_nonzero(np.isnan(P[:, 0]))) if Lk else 0
-        return _float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), prob, g0, g1)
+        return _float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
 
     out = _each_chunk(prob, quantise)
     if Lk == 0:
