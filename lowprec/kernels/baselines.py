@@ -117,8 +117,9 @@ from ._fp import div32 as _div
 from ._fp import floor32 as _floor
 from ._fp import mul32 as _mul
 from ._fp import sub32 as _sub
-from ._int8 import INT8_QMAX, exact_pv, int_scores, quantize_qkv
-from .problem import Problem, row_chunks, softmax_rows
+from ._int8 import INT8_QMAX, quantize_qkv
+from ._surrogate import exact_attend, fill_logits, logits_f32, visibility
+from .problem import Problem, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (specs/attention.md section 7)
@@ -830,27 +831,13 @@ def ibert_scale(out_bits: int = 8) -> float:
 
 
 @jit(parallel=True)
-def _logits(S, s_in, add, has_add, x):
-    """``x = fl32(S * s_in (+ add))`` in float64 then one rounding (S holds exact integers)."""
-    n = S.shape[0]
-    L = S.shape[1]
-    for r in prange(n):
-        for j in range(L):
-            t = np.float64(S[r, j]) * s_in
-            if has_add:
-                t += np.float64(add[r, j])
-            x[r, j] = np.float32(t)
-
-
-@jit(parallel=True)
-def _vis_amax(x, vis, lim):
-    """max |x| over the visible entries (``j <= lim[r]`` and ``vis``; vis (0, 0) = all)."""
+def _vis_amax(x, vis):
+    """max |x| over the visible entries (``vis``; (0, 0) = all)."""
     n, L = x.shape
     part = np.zeros(n, dtype=np.float32)
     for r in prange(n):
         m = np.float32(0.0)
-        top = min(lim[r], L - 1)
-        for j in range(top + 1):
+        for j in range(L):
             if vis.shape[0] > 0 and not vis[r, j]:
                 continue
             a = abs(x[r, j])
@@ -873,8 +860,8 @@ def _requantize(x, s_x, qmax):
 
 def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, out_bits: int,
                     exact: bool, logit_bits):
-    """The shared pipeline (module docstring): int8 q, k, v, logits ``fl32(S s_in + mask)``
-    (optionally requantised to ``logit_bits``), the surrogate, exact ``P v8``."""
+    """The pipeline of :mod:`._surrogate` with logits ``fl32(S s_in + mask)`` (optionally
+    requantised to ``logit_bits``) and the surrogate ``core``; output ``P v8 * s_v * unit``."""
     lb = _check_logit_bits(logit_bits)
     B, Lq, Lk = prob.B, prob.Lq, prob.Lk
     if B == 0 or Lq == 0 or Lk == 0:
@@ -882,54 +869,29 @@ def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, o
         st = BaselineStats(calls=1, rows=B * Lq, empty_rows=B * Lq)
         return out, (st if return_stats else None)
     qz = quantize_qkv(prob.q, prob.k, prob.v)
-    q8, k8t, v8 = qz.q8, qz.k8t, qz.v8
-    s_q, s_k, s_v = qz.sq_row[0, 0], qz.sk[0], qz.sv[0]
-    s_in = np.float32(np.float64(s_q) * np.float64(s_k) * prob.scale)
+    s_in = np.float32(np.float64(qz.sq_row[0, 0]) * np.float64(qz.sk[0]) * prob.scale)
     if not float(s_in) > 0:
         s_in = np.float32(1.0)  # q or k is all zero: every logit is 0
     x = np.empty((B * Lq, Lk), dtype=np.float32)  # logits, then the surrogate's output
-    vis_parts = []
-    for g0, g1, r0, r1 in row_chunks(B, Lq, Lk):
-        rm = prob.rows(g0, g1, r0, r1)
-        S = int_scores(q8[g0:g1, r0:r1], k8t[g0:g1]).reshape((-1, Lk))
-        rows = _chunk_rows(g0, g1, r0, r1, Lq)
-        add = rm.add.reshape((-1, Lk)) if rm.add is not None else S
-        _logits(S, np.float64(s_in), add, rm.add is not None, x[rows])
-        vp = rm.visible(Lk)
-        vis_parts.append(np.zeros((0, 0), dtype=np.bool_) if vp is None else vp)
-    if any(vp.shape[0] for vp in vis_parts):
-        vis = np.zeros((B * Lq, Lk), dtype=np.bool_)
-        for (g0, g1, r0, r1), vp in zip(row_chunks(B, Lq, Lk), vis_parts, strict=True):
-            vis[_chunk_rows(g0, g1, r0, r1, Lq)] = vp if vp.shape[0] else True
-    else:
-        vis = np.zeros((0, 0), dtype=np.bool_)
+
+    def fill(rows, S, add):
+        logits_f32(S, np.float64(s_in), S if add is None else add, add is not None, x[rows])
+
+    fill_logits(prob, qz, fill)
+    vis = visibility(prob)
     if lb is not None:
         qmax = 2 ** (lb - 1) - 1
-        lim_all = np.full(B * Lq, Lk - 1, dtype=np.int64)
-        amax = float(_vis_amax(x, vis, lim_all))
+        amax = float(_vis_amax(x, vis))
         s_x = np.float32(amax / qmax) if amax > 0 else np.float32(1.0)
         _requantize(x, np.float64(s_x), float(qmax))
         s_in = s_x
-    s = _check_scale(float(s_in))
-    counts = core(x, vis, s, out_bits, exact, x)  # x now holds y
+    counts = core(x, vis, _check_scale(float(s_in)), out_bits, exact, x)  # x now holds y
     bad = np.isnan(x[:, 0])  # rows the surrogate gave NaN (no visible key): NaN out
-    if bad.any():
-        x[bad] = 0.0
-    psum = int(x.sum(axis=1, dtype=np.float64).max())
-    P = x.reshape((B, Lq, Lk))
-    out = np.empty((B, Lq, prob.dv), dtype=np.float32)
-    for g0, g1, r0, r1 in row_chunks(B, Lq, Lk):
-        O = exact_pv(P[g0:g1, r0:r1], v8[g0:g1], psum)
-        out[g0:g1, r0:r1] = O.astype(np.float64) * (np.float64(s_v) * out_scale)
+    x[bad] = 0.0
+    O, _ = exact_attend(x, prob, qz.v8)
+    out = (O * (np.float64(qz.sv[0]) * out_scale)).astype(np.float32)
     out.reshape((-1, prob.dv))[bad] = np.nan
     return out, (_stats_from(counts, B * Lq) if return_stats else None)
-
-
-def _chunk_rows(g0: int, g1: int, r0: int, r1: int, Lq: int):
-    """Flat row indices (slice or index array) of a chunk of entries and query rows."""
-    if r0 == 0 and r1 == Lq:
-        return slice(g0 * Lq, g1 * Lq)
-    return slice(g0 * Lq + r0, g0 * Lq + r1)  # one entry per chunk (row_chunks)
 
 
 def _ivit_attention(prob: Problem, return_stats: bool, out_bits: int = IVIT_ATTN_OUT_BITS,

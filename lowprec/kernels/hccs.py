@@ -75,8 +75,9 @@ from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, int_input
-from ._int8 import exact_pv, int_scores, quantize_qkv
-from .problem import Problem, row_chunks, softmax_rows
+from ._int8 import quantize_qkv
+from ._surrogate import NO_VIS, exact_attend, fill_logits, visibility
+from .problem import Problem, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (seed hccs.txt)
@@ -101,6 +102,7 @@ GOLDEN_STEPS = 40
 REFINE_HALF_WIDTH = 2  # S candidates per B: floor(r B) - 1 .. floor(r B) + 2
 ROW_BLOCKS = 64  # row blocks of the parallel core (each with its own counters)
 DEQUANTS = ("scale", "rowsum")
+_NO_LOGITS = np.zeros((1, 1))  # the logits argument of _quantized_logits when not kept
 
 # count slots of the core kernel
 _C_EMPTY, _C_CLIP, _C_SAT, _C_RHO = range(4)
@@ -870,68 +872,47 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
         st = HccsStats(calls=1, rows=Bn * Lq, empty_rows=Bn * Lq)
         return out, (st if return_stats else None)
     qz = quantize_qkv(prob.q, prob.k, prob.v)
-    q8, k8t, v8 = qz.q8, qz.k8t, qz.v8
-    s_q, s_k, s_v = qz.sq_row[0, 0], qz.sk[0], qz.sv[0]
-    c = np.float64(s_q) * np.float64(s_k) * prob.scale
-    head = np.arange(Bn) % H  # the head of each entry
-    calibrating = params is None
-    logits = np.empty((Bn, Lq, Lk) if calibrating else (1, 1, 1), dtype=np.float64)
-    x8 = np.empty((Bn, Lq, Lk), dtype=np.int8)
-    vis_all = None
-    masks = []
-    for g0, g1, r0, r1 in row_chunks(Bn, Lq, Lk):
-        rm = prob.rows(g0, g1, r0, r1)
-        vp = rm.visible(Lk)
-        masks.append(vp)
-        if vp is not None and vis_all is None:
-            vis_all = np.ones((Bn, Lq, Lk), dtype=np.bool_)
-        if vp is not None:
-            vis_all[g0:g1, r0:r1] = vp.reshape((g1 - g0, r1 - r0, Lk))
-    if calibrating:  # the float64 logits (masked: -inf) of every head, then calibrate
-        for g0, g1, r0, r1 in row_chunks(Bn, Lq, Lk):
-            rm = prob.rows(g0, g1, r0, r1)
-            S = int_scores(q8[g0:g1, r0:r1], k8t[g0:g1]).reshape((-1, Lk))
-            add = rm.add.reshape((-1, Lk)) if rm.add is not None else S
-            xs = np.ones(S.shape[0])
-            _quantized_logits(S, c, add, rm.add is not None, xs, np.zeros((0, 0), np.bool_),
-                              x8[g0:g1, r0:r1].reshape((-1, Lk)),
-                              logits[g0:g1, r0:r1].reshape((-1, Lk)), True)
-        if vis_all is not None:
-            logits[~vis_all] = -np.inf
+    s_v = qz.sv[0]
+    c = np.float64(qz.sq_row[0, 0]) * np.float64(qz.sk[0]) * prob.scale
+    head = np.repeat(np.arange(Bn) % H, Lq)  # the head of each flat row
+    vis = visibility(prob)
+    x8 = np.empty((Bn * Lq, Lk), dtype=np.int8)
+    if params is None:  # the float64 logits (masked: -inf) of every head, then calibrate
+        logits = np.empty((Bn * Lq, Lk), dtype=np.float64)
+
+        def keep(rows, S, add):
+            _quantized_logits(S, c, S if add is None else add, add is not None,
+                              np.ones(S.shape[0]), NO_VIS, x8[rows], logits[rows], True)
+
+        fill_logits(prob, qz, keep)
+        if vis.shape[0]:
+            logits[~vis] = -np.inf
         per_head = logits.reshape((Bn // H, H, Lq, Lk))
-        vis_h = vis_all.reshape(per_head.shape) if vis_all is not None else \
+        vis_h = vis.reshape(per_head.shape) if vis.shape[0] else \
             np.ones(per_head.shape, dtype=bool)
         params = _calibrate_heads(per_head, vis_h, Lk)
-    xs_e = np.broadcast_to(params.x_scale, (H,))[head]
-    Bv, Sv, Dv = (np.broadcast_to(a, (H,))[head] for a in (params.B, params.S, params.Dmax))
-    code = _check_path(path)
-    osh = _check_out_shift(out_shift, path)
-    ct = _check_clb_t(clb_T)
+    xs = np.broadcast_to(params.x_scale, (H,))[head]
     sat = 0
-    counts = np.zeros(4, dtype=np.int64)
-    out = np.empty((Bn, Lq, prob.dv), dtype=np.float32)
-    for (g0, g1, r0, r1), vp in zip(row_chunks(Bn, Lq, Lk), masks, strict=True):
-        gh, rows = g1 - g0, r1 - r0
-        rm = prob.rows(g0, g1, r0, r1)
-        S = int_scores(q8[g0:g1, r0:r1], k8t[g0:g1]).reshape((-1, Lk))
-        add = rm.add.reshape((-1, Lk)) if rm.add is not None else S
-        xr = np.repeat(xs_e[g0:g1], rows)
-        xc = x8[g0:g1, r0:r1].reshape((-1, Lk))
-        vis = np.zeros((0, 0), dtype=np.bool_) if vp is None else vp
-        sat += int(_quantized_logits(S, c, add, rm.add is not None, xr, vis, xc, logits, False))
-        P32 = np.empty(xc.shape, dtype=np.int32)
-        counts += _core(xc, vis, np.repeat(Bv[g0:g1], rows).astype(np.int32),
-                        np.repeat(Sv[g0:g1], rows).astype(np.int32),
-                        np.repeat(Dv[g0:g1], rows).astype(np.int32), code, osh, ct, P32)
-        P = P32.astype(np.float32).reshape((gh, rows, Lk))
-        psum = P.sum(axis=2, dtype=np.float64)
-        O = exact_pv(P, v8[g0:g1], int(psum.max()) if psum.size else 0).astype(np.float64)
-        if dequant == "scale":
-            o = O * (np.float64(s_v) * unit)
-        else:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                o = O * np.float64(s_v) / psum[..., None]
-        out[g0:g1, r0:r1] = o
+
+    def quantise(rows, S, add):
+        nonlocal sat
+        sat += int(_quantized_logits(S, c, S if add is None else add, add is not None, xs[rows],
+                                     vis[rows] if vis.shape[0] else NO_VIS, x8[rows],
+                                     _NO_LOGITS, False))
+
+    fill_logits(prob, qz, quantise)
+    Bv, Sv, Dv = (np.ascontiguousarray(np.broadcast_to(a, (H,))[head], dtype=np.int32)
+                  for a in (params.B, params.S, params.Dmax))
+    P32 = np.empty(x8.shape, dtype=np.int32)
+    counts = _core(x8, vis, Bv, Sv, Dv, _check_path(path), _check_out_shift(out_shift, path),
+                   _check_clb_t(clb_T), P32)
+    O, rowsum = exact_attend(P32.astype(np.float32), prob, qz.v8)
+    if dequant == "scale":
+        out = O * (np.float64(s_v) * unit)
+    else:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = O * np.float64(s_v) / rowsum[..., None]
+    out = out.astype(np.float32)
     if not return_stats:
         return out, None
     st = _core_stats(counts, Bn * Lq)
