@@ -77,7 +77,14 @@ from ..stats import IntAttentionStats
 from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, check_real
 from ._int8 import INT8_QMAX, exact_pv, int_scores, quantize_qkv
-from .problem import Problem, check_block, row_chunks, softmax_rows
+from ._scores import (
+    ALL_VISIBLE,
+    float64_operands,
+    float_rows_output,
+    float_scores,
+    row_max,
+)
+from .problem import Problem, check_block, each_chunk, softmax_rows
 
 BITS_DEFAULT = 5  # attention.md 3: b = 5, a 32-entry LUT (paper section 4.4)
 C_DEFAULT = 6.6  # attention.md 3: clipping threshold c (paper section 4.4)
@@ -524,24 +531,12 @@ def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
             out[r, j] = 0.0 if idxs[j] < 0 else ptab[idxs[j]]
 
 
-@jit
-def _row_max(x, r, top, vis, has_vis):
-    """Max of the visible, finite-or--inf entries of row ``r`` (``-inf`` when none)."""
-    m = -np.inf
-    for j in range(top + 1):
-        if has_vis and not vis[r, j]:
-            continue
-        if x[r, j] > m:
-            m = x[r, j]
-    return m
-
-
 @jit(parallel=True)
 def _row_maxes(x, lim, vis, has_vis, m):
     """``m[r]`` = :func:`_row_max` of every row (in parallel)."""
     N, L = x.shape
     for r in prange(N):
-        m[r] = _row_max(x, r, min(lim[r], L - 1), vis, has_vis)
+        m[r] = row_max(x, r, min(lim[r], L - 1), vis, has_vis)
 
 
 @jit
@@ -594,7 +589,7 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
         lev = np.empty(L, np.int64)  # level of each key (-1 masked, -2 NaN, -3 unquantised)
         ev = np.empty(nl, np.float64)
         top = min(lim[r], L - 1)
-        m = _row_max(x, r, top, vis, has_vis)
+        m = row_max(x, r, top, vis, has_vis)
         if m == -np.inf or m != m or m == np.inf:
             for j in range(L):
                 out[r, j] = np.nan
@@ -969,15 +964,6 @@ def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
 # Float pipelines
 
 
-def _each_chunk(prob: Problem, step) -> np.ndarray:
-    """The one chunk loop of the row-wise schemes: ``step(g0, g1, r0, r1, rowmask)`` returns
-    the float output rows ``(g1 - g0, r1 - r0, dv)`` of each chunk (:func:`row_chunks`)."""
-    out = np.empty((prob.B, prob.Lq, prob.dv), dtype=np.float32)
-    for g0, g1, r0, r1 in row_chunks(prob.B, prob.Lq, prob.Lk):
-        out[g0:g1, r0:r1] = step(g0, g1, r0, r1, prob.rows(g0, g1, r0, r1))
-    return out
-
-
 def _out_rows(acc: np.ndarray, sv: np.ndarray, pmax: int) -> np.ndarray:
     """``(acc * s_v) / pmax`` in float64 (acc exact integers), per head ``s_v``."""
     return (acc.astype(np.float64) * sv.astype(np.float64)[:, None, None]) / float(pmax)
@@ -1054,47 +1040,13 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
         info_all[g0:g1, r0:r1] = info.reshape((gh, rows, _N_INFO))
         return _out_rows(exact_pv(P, qz.v8[g0:g1], psum), qz.sv[g0:g1], pmax)
 
-    out = _each_chunk(prob, step)
+    out = each_chunk(prob, step)
     if not return_stats:
         return out, None
     c_rec = cint_row[:, ::qz.block][:, :qz.groups] if Lq else np.zeros((B, 0), np.int64)
     st = _core_stats(info_all.reshape((-1, _N_INFO)), B, np.ascontiguousarray(c_rec),
                      qz.quantized, qz.saturated, msat)
     return out, st
-
-
-@jit(parallel=True)
-def _float_scores(G, scale, add, has_add, x):
-    """float32 scores ``fl32(fl32(G * scale) + add)`` of the float64 products ``G``."""
-    n, L = G.shape
-    for r in prange(n):
-        for j in range(L):
-            t = np.float32(G[r, j] * scale)
-            if has_add:
-                t = np.float32(t + add[r, j])
-            x[r, j] = t
-
-
-def _scores(prob: Problem, g0: int, g1: int, r0: int, r1: int, add, q64, k64t) -> np.ndarray:
-    """float32 scores ``fp32(fp64(q . k) * scale) + mask`` of a chunk ``(n, Lk)`` (the mask
-    added as one float32 addition; masked entries are handled by the visibility arrays)."""
-    G = np.matmul(q64[g0:g1, r0:r1], k64t[g0:g1]).reshape((-1, prob.Lk))
-    x = np.empty(G.shape, dtype=np.float32)
-    _float_scores(G, float(prob.scale), add.reshape(G.shape) if add is not None else x,
-                  add is not None, x)
-    return x
-
-
-def _float64_operands(prob: Problem):
-    """q (B, Lq, d), k transposed (B, d, Lk) and v in float64, for the float score schemes."""
-    return (prob.q.astype(np.float64),
-            np.ascontiguousarray(prob.k.transpose(0, 2, 1), dtype=np.float64),
-            prob.v.astype(np.float64))
-
-
-def _float_rows_output(P: np.ndarray, v64: np.ndarray, g0: int, g1: int) -> np.ndarray:
-    """``O = P v`` in float64 (``P`` float64 holding the float32 probabilities)."""
-    return np.matmul(P, v64[g0:g1])
 
 
 def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
@@ -1106,20 +1058,20 @@ def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFA
     mode = _index_mode(index_rounding)
     Lk = prob.Lk
     lut = index_lut(b, cf).astype(np.int64)
-    q64, k64t, v64 = _float64_operands(prob)
+    q64, k64t, v64 = float64_operands(prob)
     empty_rows = 0
 
     def step(g0, g1, r0, r1, rm):
         nonlocal empty_rows
         lim, vis, add = rm
-        sc = _scores(prob, g0, g1, r0, r1, add, q64, k64t)
+        sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
         P = np.empty(sc.shape, dtype=np.float64)
-        _float_index_rows(sc, lim, _NO_VIS if vis is None else vis, vis is not None, lut,
+        _float_index_rows(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, lut,
                           (1 << b) - 1, np.float32(cf), mode, P)
         empty_rows += int(np.count_nonzero(np.isnan(P[:, 0]))) if Lk else 0
-        return _float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
+        return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
 
-    out = _each_chunk(prob, step)
+    out = each_chunk(prob, step)
     if Lk == 0:
         out.fill(np.nan)
         empty_rows = prob.B * prob.Lq
@@ -1135,17 +1087,17 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
     b = _check_exaq_bits(bits)
     B, Lq, Lk = prob.B, prob.Lq, prob.Lk
     acc = np.array([0.0, 0.0, 0.0, np.inf])
-    q64, k64t, v64 = _float64_operands(prob)
+    q64, k64t, v64 = float64_operands(prob)
     scores = {}
 
     def moments(g0, g1, r0, r1, rm):  # pass 1: sigma and min over the whole call
         lim, vis, add = rm
-        sc = _scores(prob, g0, g1, r0, r1, add, q64, k64t)
-        _exaq_moments(sc, lim, _NO_VIS if vis is None else vis, vis is not None, acc)
+        sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
+        _exaq_moments(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, acc)
         scores[g0, r0] = sc
         return 0.0
 
-    _each_chunk(prob, moments)
+    each_chunk(prob, moments)
     sigma, cval, lo, delta = _exaq_params(acc, b)
     empty_rows = 0
 
@@ -1154,12 +1106,12 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
         lim, vis, add = rm
         sc = scores.pop((g0, r0))
         P = np.empty(sc.shape, dtype=np.float64)
-        _exaq_rows(sc, lim, _NO_VIS if vis is None else vis, vis is not None, lo, delta,
+        _exaq_rows(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, lo, delta,
                    float(1 << b), P)
         empty_rows += int(np.count_nonzero(np.isnan(P[:, 0]))) if Lk else 0
-        return _float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
+        return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
 
-    out = _each_chunk(prob, quantise)
+    out = each_chunk(prob, quantise)
     if Lk == 0:
         out.fill(np.nan)
         empty_rows = B * Lq
@@ -1191,20 +1143,17 @@ def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tenso
         P8 = np.empty(S.shape, dtype=np.float32)
         addr = add.reshape(S.shape) if add is not None else P8
         psum = _quant_only_rows(S, scale32, sq, sk, addr, add is not None, lim,
-                                _NO_VIS if vis is None else vis, vis is not None, P8)
+                                ALL_VISIBLE if vis is None else vis, vis is not None, P8)
         empty_rows += int(rm.none_visible(Lk).sum())
         return _out_rows(exact_pv(P8.reshape((gh, rows, Lk)), qz.v8[g0:g1], psum),
                          qz.sv[g0:g1], INT8_QMAX)
 
-    out = _each_chunk(prob, step)
+    out = each_chunk(prob, step)
     st = None
     if return_stats:
         st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=empty_rows,
                                quantized=qz.quantized, saturated=qz.saturated)
     return out, st
-
-
-_NO_VIS = np.ones((1, 1), np.bool_)  # the visibility argument when every key is visible
 
 
 # --------------------------------------------------------------------------------------------

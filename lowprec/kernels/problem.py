@@ -194,6 +194,15 @@ def row_chunks(B: int, Lq: int, Lk: int, elems: int = CHUNK_ELEMS, align: int = 
                 yield g, g + 1, r0, min(Lq, r0 + per)
 
 
+def each_chunk(prob: Problem, step) -> np.ndarray:
+    """The one chunk loop of the row-wise schemes: ``step(g0, g1, r0, r1, rowmask)`` returns
+    the float output rows ``(g1 - g0, r1 - r0, dv)`` of each chunk (:func:`row_chunks`)."""
+    out = np.empty((prob.B, prob.Lq, prob.dv), dtype=np.float32)
+    for g0, g1, r0, r1 in row_chunks(prob.B, prob.Lq, prob.Lk):
+        out[g0:g1, r0:r1] = step(g0, g1, r0, r1, prob.rows(g0, g1, r0, r1))
+    return out
+
+
 def mask_planes(arr: np.ndarray, lead: tuple, Lq: int, Lk: int, what: str, dtype):
     """``(planes (M, Lq, Lk) of dtype (None: arr's), map (B,) int64)`` of a mask array
     broadcastable to ``lead + (Lq, Lk)``: the mask's own leading dims broadcast against
@@ -416,6 +425,6 @@ def core_lead(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> tuple:
 
 __all__ = ["Problem", "RowMask", "prepare", "finish", "causal_visible", "check_block",
            "no_key_rows", "kernel_array",
-           "row_chunks", "mask_planes",
+           "row_chunks", "each_chunk", "mask_planes",
            "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",
            "is_torch"]
