@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-import ref_intattention as ref
+from naive import intattention as ref
 
 import lowprec as lp
 from lowprec.kernels import intattention as ia

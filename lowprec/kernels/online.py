@@ -5,7 +5,7 @@ base 2 (specs/attention.md sections 1 and 2) over ``(batch entry, query tile)`` 
 parallel.  Memory beyond inputs and outputs: padded copies of q, k^T and v (O(L x d)) and one
 ``block_q x block_k`` score tile per task; never an ``Lq x Lk`` matrix.  Every float32 operation
 and its order is pinned in docs/design.md ("Exact float32 semantics of the tiled schemes"); the
-NumPy twin in tests/attention_reference.py follows the same text and the two agree bit for bit.
+NumPy twin in tests/naive/attention.py follows the same text and the two agree bit for bit.
 
 Switches (see :class:`EngineConfig`):
 
