@@ -65,3 +65,38 @@ def sqnr_db(out, ref) -> float:
 
     out = np.asarray(out, np.float64)
     return 10 * math.log10((ref**2).sum() / ((out - ref) ** 2).sum())
+
+
+def rel_err(out, want) -> float:
+    """Relative L2 error of ``out`` against ``want`` (float64)."""
+    import numpy as np
+
+    out = np.asarray(out, dtype=np.float64)
+    return float(np.linalg.norm(out - want) / np.linalg.norm(want))
+
+
+def structured_qkv(rng, B, L, d, spread=3.0):
+    """Peaky attention inputs: score std about ``spread`` plus an attention sink at key 0."""
+    import math
+
+    import numpy as np
+
+    q = rng.standard_normal((B, L, d))
+    k = rng.standard_normal((B, L, d))
+    k[:, 0] += 2.0 * q.mean(axis=1)  # sink
+    q *= math.sqrt(spread)
+    k *= math.sqrt(spread)
+    v = rng.standard_normal((B, L, d))
+    return q.astype(np.float32), k.astype(np.float32), v.astype(np.float32)
+
+
+def normal_qkv(rng, B, Lq, Lk, d, dv=None, amp=1.0):
+    """Standard-normal q, k (times ``amp``) and v from ``rng``: ``(B, Lq, d)``, ``(B, Lk, d)``,
+    ``(B, Lk, dv)`` float32 (``dv`` defaults to ``d``)."""
+    import numpy as np
+
+    dv = d if dv is None else dv
+    q = (rng.standard_normal((B, Lq, d)) * amp).astype(np.float32)
+    k = (rng.standard_normal((B, Lk, d)) * amp).astype(np.float32)
+    v = rng.standard_normal((B, Lk, dv)).astype(np.float32)
+    return q, k, v

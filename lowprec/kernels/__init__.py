@@ -28,6 +28,7 @@ SCHEME_MODULES = (
     "reference",
     "baps",
     "intattention",
+    "exaq",
     "baselines",
     "qflash",
     "hccs",

@@ -37,8 +37,6 @@ Float pipelines (``lp.attention(..., scheme=...)``)
   ``P8 = RNE(fp32(127 p))`` as int8, ``O = (P8 v8) * s_v / 127``.
 * ``index_softmax_only``: float32 scores with the LUT softmax of :func:`index_softmax_float`,
   ``O = P v`` (float64 accumulation of the float32 ``P``).
-* ``exaq``: float32 scores, EXAQ's clipped ``bits``-bit quantisation of the max-centred scores
-  (:func:`exaq_softmax`), float softmax, ``O = P v``.
 
 Granularity (section 3.3, eq. 16-18), option ``granularity``:
 
@@ -66,8 +64,6 @@ attention); non-finite q, k, v raise ValueError (the int8 scale needs a finite `
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import prange
 
@@ -82,7 +78,6 @@ from ._scores import (
     float64_operands,
     float_rows_output,
     float_scores,
-    row_max,
 )
 from .problem import Problem, check_block, each_chunk, softmax_rows
 
@@ -103,11 +98,6 @@ BLOCK_DEFAULT = 128  # per_block: query tokens per scale block
 INDEX_ROUNDINGS = ("floor", "nearest")
 GRANULARITIES = ("per_tensor", "per_channel", "per_block")
 P_FORMATS = tuple(P_SCALES)
-#: EXAQ's clipping rule ``C = a * sigma + b`` per bit width (attention.md 3, EXAQ Table 1).
-EXAQ_AB = {2: (-1.66, -1.85), 3: (-1.75, -2.06), 4: (-1.83, -2.27)}
-EXAQ_BITS_DEFAULT = 3
-EXAQ_C_FALLBACK = -1e-6  # used when C is not finite or not negative (authors' safeguard)
-
 _MODE_FLOOR = 0
 _MODE_NEAREST = 1
 # per-row counters written by the core kernel
@@ -134,10 +124,6 @@ def _check_c(c) -> float:
 def _index_mode(index_rounding) -> int:
     rounding = check_choice(index_rounding, "index_rounding", INDEX_ROUNDINGS)
     return _MODE_FLOOR if rounding == "floor" else _MODE_NEAREST
-
-
-def _check_exaq_bits(bits) -> int:
-    return check_int(bits, "exaq bits", min(EXAQ_AB), max(EXAQ_AB), what="one of 2, 3, 4")
 
 
 # --------------------------------------------------------------------------------------------
@@ -532,105 +518,6 @@ def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
 
 
 @jit(parallel=True)
-def _row_maxes(x, lim, vis, has_vis, m):
-    """``m[r]`` = :func:`_row_max` of every row (in parallel)."""
-    N, L = x.shape
-    for r in prange(N):
-        m[r] = row_max(x, r, min(lim[r], L - 1), vis, has_vis)
-
-
-@jit
-def _exaq_accumulate(x, m, lim, vis, has_vis, acc):
-    """The sums of :func:`_exaq_moments`, in one sequential pass (their order is part of the
-    result)."""
-    N, L = x.shape
-    n, s1, s2, mn = acc[0], acc[1], acc[2], acc[3]  # in registers: same sums, same order
-    for r in range(N):
-        mr = m[r]
-        if mr == -np.inf or mr != mr or mr == np.inf:
-            continue
-        for j in range(min(lim[r], L - 1) + 1):
-            if has_vis and not vis[r, j]:
-                continue
-            v = x[r, j]
-            if v == -np.inf or v != v:
-                continue
-            xc = np.float64(np.float32(np.float64(v) - np.float64(mr)))
-            n += 1.0
-            s1 += xc
-            s2 += xc * xc
-            if xc < mn:
-                mn = xc
-    acc[0], acc[1], acc[2], acc[3] = n, s1, s2, mn
-    return acc
-
-
-def _exaq_moments(x, lim, vis, has_vis, acc):
-    """Accumulate count, sum, sum of squares and min of the max-centred visible finite scores
-    (float32 ``x - rowmax``) into ``acc`` (4,) float64: row maxima in parallel, the sums in
-    row-major order."""
-    m = np.empty(x.shape[0], dtype=np.float64)
-    _row_maxes(x, lim, vis, has_vis, m)
-    return _exaq_accumulate(x, m, lim, vis, has_vis, acc)
-
-
-@jit(parallel=True)
-def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
-    """EXAQ softmax of float32 scores ``x`` (N, L): max-centred scores clipped to ``[lo, 0]``,
-    quantised to ``nlev`` levels ``lo + q delta`` (``q = RNE((x - lo) / delta)``), float64
-    softmax rounded to float32; masked keys give 0, rows without a visible key NaN.  Rows run
-    in parallel; with quantisation the exponential of each level is computed once per row (the
-    same float64 values, summed in key order)."""
-    N, L = x.shape
-    quant = delta > 0.0 and np.isfinite(delta)
-    nl = int(nlev)
-    for r in prange(N):
-        xq = np.empty(L, np.float64)
-        lev = np.empty(L, np.int64)  # level of each key (-1 masked, -2 NaN, -3 unquantised)
-        ev = np.empty(nl, np.float64)
-        top = min(lim[r], L - 1)
-        m = row_max(x, r, top, vis, has_vis)
-        if m == -np.inf or m != m or m == np.inf:
-            for j in range(L):
-                out[r, j] = np.nan
-            continue
-        mq = -np.inf
-        for j in range(L):
-            if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
-                lev[j] = -1
-                continue
-            xc = np.float64(np.float32(np.float64(x[r, j]) - np.float64(m)))
-            if xc != xc:
-                lev[j] = -2
-                xq[j] = np.nan
-                continue
-            xv = min(max(xc, lo), 0.0)
-            lev[j] = -3
-            if quant:
-                q = np.rint((xv - lo) / delta)
-                q = min(max(q, 0.0), nlev - 1.0)
-                lev[j] = np.int64(q)
-                xv = lo + q * delta
-            xq[j] = xv
-            if xv > mq:
-                mq = xv
-        if quant:
-            for u in range(nl):
-                ev[u] = np.exp((lo + np.float64(u) * delta) - mq)
-        z = 0.0
-        for j in range(L):
-            u = lev[j]
-            if u >= 0:
-                xq[j] = ev[u]  # xq now holds the exponentials
-            elif u != -1:
-                xq[j] = np.exp(xq[j] - mq)
-            if u != -1:
-                z += xq[j]
-        for j in range(L):
-            out[r, j] = 0.0 if lev[j] == -1 else np.float32(xq[j] / z)
-
-
-@jit(parallel=True)
 def _quant_only_rows(S, scale32, sq, sk, add, has_add, lim, vis, has_vis, out):
     """``quant_only`` rows: scores ``fl32(fl32(fl32(S * scale) * s_q) * s_k) (+ add)`` (the
     authors' order), float softmax (float64 inside, rounded to float32), then
@@ -896,70 +783,6 @@ def index_softmax_float(scores, axis: int = -1, *, bits: int = BITS_DEFAULT,
     return restore(out)
 
 
-def exaq_clip(sigma: float, bits: int = EXAQ_BITS_DEFAULT) -> float:
-    """EXAQ's clipping value ``C = a * sigma + b`` (attention.md 3; EXAQ Table 1), with
-    ``(a, b)`` = (-1.66, -1.85), (-1.75, -2.06), (-1.83, -2.27) for 2, 3, 4 bits; a ``C`` that
-    is not finite or not negative is replaced by ``-1e-6`` (the authors' safeguard).
-
-    Example:
-        >>> round(exaq_clip(1.0, 3), 2)
-        -3.81
-    """
-    a, b = EXAQ_AB[_check_exaq_bits(bits)]
-    cval = a * float(sigma) + b
-    if not math.isfinite(cval) or cval >= 0.0:
-        cval = EXAQ_C_FALLBACK
-    return cval
-
-
-def _exaq_params(acc: np.ndarray, bits: int) -> tuple[float, float, float, float]:
-    """(sigma, C, lo, delta) from the accumulated moments."""
-    n, s1, s2, mn = acc
-    if n == 0:
-        return float("nan"), EXAQ_C_FALLBACK, EXAQ_C_FALLBACK, float("nan")
-    mean = s1 / n
-    sigma = math.sqrt(max(s2 / n - mean * mean, 0.0))
-    cval = exaq_clip(sigma, bits)
-    lo = max(cval, float(mn))
-    delta = (0.0 - lo) / float((1 << bits) - 1)
-    return sigma, cval, lo, delta
-
-
-def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
-    """EXAQ softmax (the ``exaq`` softmax surrogate): clipped ``bits``-bit quantisation of the
-    max-centred scores before a float softmax (attention.md 3; seed section 2.3).
-
-    ``x = fp32(s - rowmax)``; ``sigma`` = population std of every visible finite ``x`` of the
-    whole input (one value per call, as the authors' code; float64 sums); ``C = exaq_clip(sigma,
-    bits)``; ``lo = max(C, min x)``; ``delta = -lo / (2**bits - 1)``; ``x' = lo + delta *
-    clamp(RNE((clamp(x, lo, 0) - lo) / delta), 0, 2**bits - 1)`` (float64); ``softmax(x')``
-    computed in float64 and rounded to float32.  The authors calibrate ``C`` over 25 calls and
-    then freeze the mean; this function is one call of it (the "instantaneous" ``C``).
-
-    Args:
-        scores: float array or CPU tensor (see :func:`index_softmax_float`).
-        axis: the softmax axis.
-        bits: 2, 3 or 4.
-
-    Returns:
-        float32 probabilities, same shape and kind; ``-inf`` entries give 0; rows with no finite
-        entry, or with NaN or ``+inf``, give NaN.
-
-    Example:
-        >>> exaq_softmax(np.array([0.0, -1.0, -2.0, -30.0], np.float32), bits=2)
-        array([3.3333334e-01, 3.3333334e-01, 3.3333334e-01, 4.4887313e-11], dtype=float32)
-    """
-    b = _check_exaq_bits(bits)
-    rows, restore = softmax_rows(scores, axis)
-    lim = np.full(rows.shape[0], rows.shape[1] - 1, dtype=np.int64)
-    dummy = np.ones((1, 1), np.bool_)
-    acc = _exaq_moments(rows, lim, dummy, False, np.array([0.0, 0.0, 0.0, np.inf]))
-    _, _, lo, delta = _exaq_params(acc, b)
-    out = np.empty(rows.shape, dtype=np.float32)
-    _exaq_rows(rows, lim, dummy, False, lo, delta, float(1 << b), out)
-    return restore(out)
-
-
 # --------------------------------------------------------------------------------------------
 # Float pipelines
 
@@ -1080,48 +903,6 @@ def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFA
     return out, st
 
 
-def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
-    """Scheme ``exaq``: float32 scores as ``index_softmax_only``, ``sigma`` over every visible
-    score of the call (first pass, the scores kept), :func:`exaq_softmax`'s quantisation
-    (second pass)."""
-    b = _check_exaq_bits(bits)
-    B, Lq, Lk = prob.B, prob.Lq, prob.Lk
-    acc = np.array([0.0, 0.0, 0.0, np.inf])
-    q64, k64t, v64 = float64_operands(prob)
-    scores = {}
-
-    def moments(g0, g1, r0, r1, rm):  # pass 1: sigma and min over the whole call
-        lim, vis, add = rm
-        sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
-        _exaq_moments(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, acc)
-        scores[g0, r0] = sc
-        return 0.0
-
-    each_chunk(prob, moments)
-    sigma, cval, lo, delta = _exaq_params(acc, b)
-    empty_rows = 0
-
-    def quantise(g0, g1, r0, r1, rm):  # pass 2: quantise and normalise
-        nonlocal empty_rows
-        lim, vis, add = rm
-        sc = scores.pop((g0, r0))
-        P = np.empty(sc.shape, dtype=np.float64)
-        _exaq_rows(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, lo, delta,
-                   float(1 << b), P)
-        empty_rows += int(np.count_nonzero(np.isnan(P[:, 0]))) if Lk else 0
-        return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
-
-    out = each_chunk(prob, quantise)
-    if Lk == 0:
-        out.fill(np.nan)
-        empty_rows = B * Lq
-    st = None
-    if return_stats:
-        st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows,
-                               logits=int(acc[0]), exaq_clip=[[sigma, cval, lo]])
-    return out, st
-
-
 def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tensor",
                 block: int = BLOCK_DEFAULT):
     """Scheme ``quant_only`` (module docstring); ``granularity`` and ``block`` as
@@ -1164,10 +945,6 @@ def _softmax_index(scores, axis, **opts):
     return index_softmax_float(scores, axis, **opts)
 
 
-def _softmax_exaq(scores, axis, **opts):
-    return exaq_softmax(scores, axis, **opts)
-
-
 register(Scheme(
     "intattention",
     "IntAttention: int8 q/k/v, int32 logits, IndexSoftmax LUT (b=5, c=6.6), UINT8 P",
@@ -1187,18 +964,23 @@ register(Scheme(
     _index_softmax_only, options=("bits", "c", "index_rounding"), stats=IntAttentionStats,
     order=70,
 ))
-register(Scheme(
-    "exaq",
-    "EXAQ: 2/3/4-bit clipped quantisation of the max-centred scores (C = a sigma + b)",
-    _exaq, options=("bits",), stats=IntAttentionStats, order=75,
-))
 register(Scheme("index_softmax", "IndexSoftmax LUT softmax on float scores (b=5, c=6.6)",
                 _softmax_index, options=("bits", "c", "index_rounding"), kind="softmax"))
-register(Scheme("exaq", "EXAQ clipped low-bit exponent quantisation softmax (bits 2/3/4)",
-                _softmax_exaq, options=("bits",), kind="softmax"))
-
 __all__ = [
     "index_softmax", "index_lut", "clip_threshold", "deploy_multiplier", "index_softmax_float",
-    "exaq_softmax", "exaq_clip", "IntAttentionStats", "BITS_DEFAULT", "C_DEFAULT",
-    "BLOCK_DEFAULT", "GRANULARITIES", "INDEX_ROUNDINGS", "P_FORMATS", "EXAQ_AB",
+    "IntAttentionStats", "BITS_DEFAULT", "C_DEFAULT",
+    "BLOCK_DEFAULT", "GRANULARITIES", "INDEX_ROUNDINGS", "P_FORMATS",
 ]
+
+
+_MOVED = {"exaq_softmax", "exaq_clip", "EXAQ_AB", "EXAQ_BITS_DEFAULT"}  # to lowprec.kernels.exaq
+
+
+def __getattr__(name: str):
+    # EXAQ (another paper) lives in lowprec.kernels.exaq; its names stay reachable here as
+    # deprecated aliases (imported on first use only, so this module imports no scheme module)
+    if name in _MOVED:
+        import importlib
+
+        return getattr(importlib.import_module("lowprec.kernels.exaq"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
