@@ -111,6 +111,21 @@ from ..formats._arrays import to_numpy
 from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
+from ._baselines_exact import (
+    _C_EMPTY,
+    _C_FLOOR,
+    _C_NAN,
+    _C_REQ,
+    _C_SUM,
+    _C_ZERO,
+    _NCOUNT,
+    IBERT_E16_MAX,
+    IBERT_E16_MIN,
+    _ibert_exp_exact,
+    _ibert_norm_exact,
+    _ivit_exact,
+    _visible,
+)
 from ._check import bool_mask, check_bool, check_int, check_real
 from ._fp import add32 as _add
 from ._fp import div32 as _div
@@ -130,11 +145,8 @@ IBERT_X0 = -0.6931  # I-BERT x0 = -ln 2 (as written in the paper's code)
 IBERT_A = 0.35815147  # I-BERT polynomial a (a (x + b)**2 + c approximates exp on [-ln2, 0])
 IBERT_B = 0.96963238 / IBERT_A  # b, float64 as the code computes it
 IBERT_C = 1.0 / IBERT_A  # c, float64 as the code computes it
-IVIT_SUM_MAX = 2**31 - 1  # I-ViT clamps the row sum to the int32 range
 IVIT_ATTN_LOGIT_BITS = 8  # scheme "ivit": I-ViT's 8-bit QuantAct before IntSoftmax
 IVIT_ATTN_OUT_BITS = 16  # scheme "ivit": I-ViT's models use IntSoftmax(output_bit=16)
-IBERT_E16_MAX = 32767  # I-BERT requantises e to 16 bits
-IBERT_E16_MIN = -32768
 IBERT_M_BITS = 31  # mantissa bits of the fixed-point multiplier (batch_frexp max_bit)
 IBERT_F_BITS = 32  # I-BERT normalises with floor(2**32 / sum)
 IVIT_F_BITS = 31  # I-ViT normalises with floor(2**31 / sum)
@@ -144,12 +156,8 @@ SCALE_MIN = 2.0**-40  # smallest input scale accepted (keeps every constant fini
 EXACT_X_MAX = 2**31  # exact mode: |x / s| must fit int32
 IBERT_EXACT_C_MAX = 2**61  # exact mode: ci must stay below this (int64 polynomial)
 LOGIT_BITS_MIN, LOGIT_BITS_MAX = 2, 24  # option logit_bits
-_LOW31 = (1 << 31) - 1  # the low 31 bits of an int64 (the 93-bit product of _mul_shift_rne)
 ROW_BLOCKS = 64  # row blocks of the parallel drivers (each with its own counters)
 
-# count slots of the kernels (BaselineStats)
-_C_EMPTY, _C_NAN, _C_FLOOR, _C_SUM, _C_REQ, _C_ZERO = range(6)
-_NCOUNT = 6
 
 
 
@@ -195,13 +203,6 @@ def _stats_from(counts: np.ndarray, rows: int) -> BaselineStats:
 
 
 @jit(inline="always")
-def _visible(x, vis, use_vis, r, j):
-    if use_vis and not vis[r, j]:
-        return False
-    return x[r, j] != -np.inf
-
-
-@jit(inline="always")
 def _row_scan_f32(x, vis, use_vis, r, s, xi, used):
     """float32 ``x / s`` of the visible entries of row r into xi; returns (count, max, bad)."""
     L = x.shape[1]
@@ -217,32 +218,6 @@ def _row_scan_f32(x, vis, use_vis, r, s, xi, used):
         if not v < np.inf:  # NaN or +inf
             bad = True
         t = _div(v, s)
-        xi[j] = t
-        if t > m:
-            m = t
-        cnt += 1
-    return cnt, m, bad
-
-
-@jit(inline="always")
-def _row_scan_exact(x, vis, use_vis, r, s, xi, used):
-    """Exact ``RNE(x / s)`` of the visible entries of row r; returns (count, max, bad)."""
-    L = x.shape[1]
-    cnt = 0
-    bad = False
-    m = np.int64(-(2**62))
-    for j in range(L):
-        u = _visible(x, vis, use_vis, r, j)
-        used[j] = u
-        if not u:
-            continue
-        v = np.float64(x[r, j])
-        if not v < np.inf:
-            bad = True
-            xi[j] = 0
-            cnt += 1
-            continue
-        t = np.int64(np.rint(v / s))
         xi[j] = t
         if t > m:
             m = t
@@ -301,58 +276,6 @@ def _ivit_f32(x, vis, s, x0, nx0, n, out_bits, y, counts):
                 continue
             v = _floor(_div(_mul(e[j], f), out_div))
             y[r, j] = v
-            if v == 0:
-                counts[_C_ZERO] += 1
-
-
-@jit
-def _ivit_exact(x, vis, s, x0, n, out_bits, y, counts):
-    R, L = x.shape
-    use_vis = vis.shape[0] > 0
-    xi = np.empty(L, np.int64)
-    e = np.empty(L, np.int64)
-    used = np.empty(L, np.bool_)
-    nx0 = np.int64(n) * x0
-    sh_out = 32 - out_bits
-    for r in range(R):
-        cnt, m, bad = _row_scan_exact(x, vis, use_vis, r, s, xi, used)
-        if cnt == 0 or bad:
-            counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
-            for j in range(L):
-                y[r, j] = np.nan
-            continue
-        z = np.int64(0)
-        for j in range(L):
-            if not used[j]:
-                continue
-            t = xi[j] - m
-            t = t + (t >> 1) - (t >> 4)  # floor(t/2), floor(t/16): arithmetic shifts
-            if t < nx0:
-                t = nx0
-                counts[_C_FLOOR] += 1
-            q = t // x0  # floor division (Python semantics)
-            rr = t - x0 * q
-            w = rr - 2 * x0  # (r/2 - x0) * 2**(n-q) = w * 2**(n-q-1), w > 0
-            k = n - q
-            if k >= 1:
-                ev = w << (k - 1)
-            else:
-                ev = w >> (1 - k)
-            if ev < 0:
-                ev = 0
-            e[j] = ev
-            if z < IVIT_SUM_MAX:  # saturating sum (no int64 overflow)
-                z += ev
-        if z >= IVIT_SUM_MAX:
-            z = IVIT_SUM_MAX
-            counts[_C_SUM] += 1
-        f = np.int64(2**31) // z
-        for j in range(L):
-            if not used[j]:
-                y[r, j] = 0.0
-                continue
-            v = (e[j] * f) >> sh_out
-            y[r, j] = np.float32(v)
             if v == 0:
                 counts[_C_ZERO] += 1
 
@@ -434,115 +357,6 @@ def _ibert_norm_f32(e, rowflag, m31, inv_shift, out_bits, y, counts):
                 continue
             v = _floor(_div(_mul(e16[j], f), out_div))
             y[r, j] = v
-            if v == 0:
-                counts[_C_ZERO] += 1
-
-
-@jit
-def _ibert_exp_exact(x, vis, s, x0i, bi, ci, n, zq, qq, rowflag, counts):
-    """Pass 1 (exact): z (>= 0) and q per visible entry (z = -1 for entries that take no
-    part).  Returns max(z * 2**(n - q)) in float64 (-1 when none)."""
-    R, L = x.shape
-    use_vis = vis.shape[0] > 0
-    xi = np.empty(L, np.int64)
-    used = np.empty(L, np.bool_)
-    nx0 = np.int64(n) * x0i
-    emax = -1.0
-    for r in range(R):
-        cnt, m, bad = _row_scan_exact(x, vis, use_vis, r, s, xi, used)
-        if cnt == 0 or bad:
-            rowflag[r] = 1 if cnt == 0 else 2
-            counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
-            for j in range(L):
-                zq[r, j] = -1
-            continue
-        rowflag[r] = 0
-        for j in range(L):
-            if not used[j]:
-                zq[r, j] = -1
-                continue
-            t = xi[j] - m
-            if t < nx0:
-                t = nx0
-                counts[_C_FLOOR] += 1
-            q = t // x0i
-            rr = t - x0i * q
-            zz = rr * (rr + bi) + ci
-            if zz < 0:
-                zz = 0
-            zq[r, j] = zz
-            qq[r, j] = q
-            ev = np.float64(zz) * math.ldexp(1.0, int(n - q))
-            if ev > emax:
-                emax = ev
-    return emax
-
-
-@jit(inline="always")
-def _mul_shift_rne(z, m, k):
-    """``RNE(z * m / 2**k)`` exactly for 0 <= z < 2**62, 0 <= m <= 2**31 and any int k;
-    results above about 2**50 are returned as 2**62 (callers clamp far below that)."""
-    if z == 0 or m == 0:
-        return np.int64(0)
-    sat = np.int64(2**62)
-    if np.float64(z) * np.float64(m) * math.ldexp(1.0, -k) > 2.0**50:
-        return sat
-    zh = z >> 31
-    zl = z & _LOW31
-    hi = zh * m  # z * m = hi * 2**31 + lo, hi and lo < 2**62
-    lo = zl * m
-    if k <= 0:  # the result (<= 2**50) is z * m << -k: no overflow
-        return ((hi << 31) + lo) << (-k)
-    if k <= 31:
-        qv = (hi << (31 - k)) + (lo >> k)
-        rem = lo & ((np.int64(1) << k) - 1)
-        halfv = np.int64(1) << (k - 1)
-        if rem > halfv or (rem == halfv and (qv & 1) == 1):
-            qv += 1
-        return qv
-    # k > 31: v = c * 2**31 + low with c = hi + (lo >> 31)
-    c = hi + (lo >> 31)
-    low = lo & _LOW31
-    kk = k - 31
-    if kk >= 63:
-        return np.int64(0)  # v < 2**94 <= 2**(k-1): rounds to 0
-    qv = c >> kk
-    rem_hi = c & ((np.int64(1) << kk) - 1)
-    half_hi = np.int64(1) << (kk - 1)  # half = 2**(k-1) = half_hi * 2**31 (low part 0)
-    up = rem_hi > half_hi or (rem_hi == half_hi and (low > 0 or (qv & 1) == 1))
-    if up:
-        qv += 1
-    return qv
-
-
-@jit
-def _ibert_norm_exact(zq, qq, rowflag, m31, shift, n, out_bits, y, counts):
-    R, L = zq.shape
-    e16 = np.empty(L, np.int64)
-    sh_out = 32 - out_bits
-    for r in range(R):
-        if rowflag[r] != 0:
-            for j in range(L):
-                y[r, j] = np.nan
-            continue
-        z = np.int64(0)
-        for j in range(L):
-            zz = zq[r, j]
-            if zz < 0:
-                continue
-            v = _mul_shift_rne(zz, m31, shift - (n - qq[r, j]))
-            if v > IBERT_E16_MAX:
-                v = IBERT_E16_MAX
-                counts[_C_REQ] += 1
-            e16[j] = v
-            z += v
-        f = np.int64(2**32) // z
-        for j in range(L):
-            if zq[r, j] < 0:
-                y[r, j] = 0.0
-                continue
-            v = (e16[j] * f) >> sh_out
-            y[r, j] = np.float32(v)
             if v == 0:
                 counts[_C_ZERO] += 1
 
