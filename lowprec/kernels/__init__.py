@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ._check import check_bool
 from .problem import check_options, finish, prepare
 
 #: the modules that define schemes, one line each (imported on first use of the registry)
@@ -157,8 +158,7 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
     """
     s = get_scheme(scheme)
     check_options(options, scheme, s.options)
-    if not isinstance(return_stats, (bool,)):
-        raise TypeError("return_stats must be a bool")
+    check_bool(return_stats, "return_stats")
     prob, as_torch = prepare(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
                              keep_float64=s.float64)
     out, stats = s.run(prob, return_stats, **options)

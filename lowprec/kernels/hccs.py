@@ -147,6 +147,10 @@ def _int_array(v, name: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _check_n(n) -> int:
+    return check_int(n, "row length n", 1, INT16_MAX)
+
+
 def check_params(B, S, Dmax, n: int):
     """Validate HCCS parameters for rows of length ``n`` (eq. 4 and 11, section IV-C).
 
@@ -168,9 +172,7 @@ def check_params(B, S, Dmax, n: int):
         >>> check_params(500, 3, 20, 64)        # 3*20 + 4 <= 500 <= 511
         (array(500), array(3), array(20))
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= INT16_MAX:
-        raise ValueError(f"row length n must be an int in [1, {INT16_MAX}], got {n!r}")
-    n = int(n)
+    n = _check_n(n)
     b, s, d = (_int_array(v, nm) for v, nm in ((B, "B"), (S, "S"), (Dmax, "Dmax")))
     try:
         b, s, d = np.broadcast_arrays(b, s, d)
@@ -597,14 +599,10 @@ def calibrate(logits_per_head, *, n: int | None = None, x_scales=None,
         >>> p = calibrate(heads)
         >>> p.B, p.S, p.Dmax, p.kl
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    if reference not in ("quantized", "float"):
-        raise ValueError(f"reference {reference!r} is not one of quantized, float")
-    if not isinstance(exhaustive, (bool, np.bool_)):
-        raise TypeError("exhaustive must be a bool")
-    if isinstance(refine, bool) or not isinstance(refine, (int, np.integer)) or refine < 1:
-        raise ValueError(f"refine must be a positive int, got {refine!r}")
+    check_choice(objective, "objective", OBJECTIVES)
+    check_choice(reference, "reference", ("quantized", "float"))
+    check_bool(exhaustive, "exhaustive")
+    check_int(refine, "refine", 1, what="a positive int")
     if isinstance(logits_per_head, (list, tuple)):
         heads = [_head_rows(h, f"logits_per_head[{i}]") for i, h in enumerate(logits_per_head)]
     else:
@@ -617,9 +615,7 @@ def calibrate(logits_per_head, *, n: int | None = None, x_scales=None,
     widths = {h.shape[1] for h in heads}
     if len(widths) != 1:
         raise ValueError(f"every head must have the same row length, got {sorted(widths)}")
-    nn = widths.pop() if n is None else n
-    if isinstance(nn, bool) or not isinstance(nn, (int, np.integer)) or not 1 <= nn <= INT16_MAX:
-        raise ValueError(f"row length n must be an int in [1, {INT16_MAX}], got {nn!r}")
+    nn = _check_n(widths.pop() if n is None else n)
     if x_scales is None:
         scales = [None] * len(heads)
     else:

@@ -237,10 +237,8 @@ def deploy_multiplier(c_int: int, bits: int = BITS_DEFAULT) -> int:
         315208
     """
     b = _check_bits(bits, 1, 5)
-    if isinstance(c_int, bool) or not isinstance(c_int, (int, np.integer)) or \
-            not 1 <= c_int <= DEPLOY_T_MAX:
-        raise ValueError(f"deploy c_int (T) must be an int in 1..{DEPLOY_T_MAX}, got {c_int!r}")
-    return _deploy_mult(int(c_int), (1 << b) - 1)
+    t = check_int(c_int, "deploy c_int (T)", 1, DEPLOY_T_MAX)
+    return _deploy_mult(t, (1 << b) - 1)
 
 
 def _deploy_mult(t: int, nb: int) -> int:

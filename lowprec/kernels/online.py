@@ -269,7 +269,7 @@ def _visit_order(order, is_crit, vis, nk, crit, crit_list, i_last, Lq, Lk, Bc):
 
 
 @jit(parallel=True)
-def _engine(q, kt, v, Lq, Lk, d, dv, Br, Bc, c, causal, mask, mmap, has_mask,
+def _engine(q, kt, v, Lq, Lk, dv, Br, Bc, c, causal, mask, mmap, has_mask,
             flow, exp, pre_hif8, crit, crit_list, max_round, gran, acc, thr,
             addm1, sh, ptab, vtab, out, flags, row_restarts):
     B = q.shape[0]
@@ -421,7 +421,7 @@ def run_engine(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, cau
     rr = np.zeros(B * nq, dtype=np.int64)
     crit_list = np.asarray(cfg.crit_list, dtype=np.int64)
     if B * nq > 0 and Lk > 0:
-        _engine(qp, ktp, vp, Lq, Lk, d, dv, Br, Bc, c, bool(causal), mk,
+        _engine(qp, ktp, vp, Lq, Lk, dv, Br, Bc, c, bool(causal), mk,
                 np.ascontiguousarray(mask_map, dtype=np.int64), has_mask, cfg.flow, cfg.exp,
                 bool(cfg.pre_hif8), cfg.crit, crit_list, cfg.max_round, cfg.gran, cfg.acc,
                 np.float32(cfg.thr), addm1, sh, ptab, vtab, out, flags, rr)

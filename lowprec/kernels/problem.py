@@ -370,10 +370,8 @@ def softmax_rows(scores, axis: int = -1, what: str = "scores"):
     axis ValueError.  NaN is left to the surrogate (each documents what it does with it).
     """
     arr, as_torch = _as_float(scores, what, 1, "(..., L) with at least one dim")
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"axis must be an int, got {type(axis).__name__}")
-    if not -arr.ndim <= axis < arr.ndim:
-        raise ValueError(f"axis {axis} is out of range for {what} with {arr.ndim} dims")
+    check_int(axis, "axis", -arr.ndim, arr.ndim - 1, type_error=True,
+              what=f"in range for {what} with {arr.ndim} dims ([{-arr.ndim}, {arr.ndim - 1}])")
     moved = np.moveaxis(arr, axis, -1)
     shape = moved.shape
     n = int(np.prod(shape[:-1], dtype=np.int64))

@@ -53,7 +53,7 @@ from numba import prange
 from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
-from ._check import check_bool, check_choice, check_int, float_input, int_input
+from ._check import check_bool, check_choice, check_int, check_real, float_input, int_input
 from ._int8 import gemm_dtype, int8_rows, int_scores, quantize_int8, row_scales
 from .problem import (
     INT8_D_MAX,
@@ -136,11 +136,7 @@ class QFlashConstants:
         """
         vals = {"s_q": s_q, "s_k": s_k, "s_v": s_v, "scale": scale}
         for name, val in vals.items():
-            if isinstance(val, bool) or not isinstance(val, (int, float, np.integer,
-                                                             np.floating)):
-                raise TypeError(f"{name} must be a real number, got {type(val).__name__}")
-            if not (math.isfinite(float(val)) and float(val) > 0):
-                raise ValueError(f"{name} must be finite and > 0, got {val}")
+            check_real(val, name, positive=True)
         s = float(scale) * LOG2E * (float(s_q) * float(s_k))
         inv = 1.0 / s
         # round(0.5) = 0 (ties to even): s = 2 exactly also gives R = 0, so test R itself
