@@ -185,7 +185,6 @@ def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br,
         m = np.full(nr, _NINF, dtype=np.float32)
         lsum = np.ones(nr, dtype=np.float32)
         acc = np.zeros((nr, dv), dtype=np.float32)
-        sacc = np.empty(Bc, dtype=np.int64)
         y = np.empty(Bc, dtype=np.float32)
         p = np.empty(Bc, dtype=np.float32)
         ti = np.empty(dv, dtype=np.int32)
@@ -224,12 +223,13 @@ def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br,
                     jl = min(nv, i + off - j0 + 1)
                 if jl <= 0:
                     continue
-                for jj in range(jl):  # q8 k8^T (exact)
-                    sacc[jj] = np.int64(S[gi, i - r0, j0 + jj])
                 sqi = sq[b, i]
                 rmax = _NINF
                 for jj in range(jl):
-                    sc = np.float32(np.float32(np.float32(sacc[jj]) * sqi) * sk[b, j0 + jj])
+                    # fp32(q8 k8^T): S holds the exact integer (float32 while it is exact there,
+                    # else float64), so fp32(S) is the one rounding of the spec
+                    sc = np.float32(np.float32(np.float32(S[gi, i - r0, j0 + jj]) * sqi)
+                                    * sk[b, j0 + jj])
                     yv = np.float32(sc * c)
                     if has_mask:
                         yv = np.float32(yv + np.float32(mask[mb, i, j0 + jj] * _LOG2E_F32))
