@@ -272,6 +272,21 @@ def int_scores(q8: np.ndarray, k8t: np.ndarray) -> np.ndarray:
     return np.matmul(q8, k8t)
 
 
+def score_chunks(q8: np.ndarray, k8: np.ndarray, align: int = 1):
+    """``(g0, g1, r0, r1, S)`` over the row chunks (:func:`~.problem.row_chunks`) of int8
+    ``q8 (B, Lq, d)`` and ``k8 (B, Lk, d)``: ``S (g1 - g0, r1 - r0, Lk)`` the exact products
+    ``q8 k8^T`` (float, from one BLAS call per chunk; codes in [-128, 127])."""
+    from .problem import row_chunks
+
+    B, Lq, d = q8.shape
+    Lk = k8.shape[1]
+    dt = gemm_dtype(d, 128, 128)
+    qf = np.asarray(q8, dtype=dt)
+    kt = np.ascontiguousarray(np.transpose(k8, (0, 2, 1)), dtype=dt)
+    for g0, g1, r0, r1 in row_chunks(B, Lq, Lk, align=align):
+        yield g0, g1, r0, r1, int_scores(qf[g0:g1, r0:r1], kt[g0:g1])
+
+
 def exact_pv(P: np.ndarray, v8: np.ndarray, max_row_sum: int) -> np.ndarray:
     """Exact ``P @ v8`` for integer-valued ``P >= 0`` (rows summing to at most ``max_row_sum``)
     and int8-valued float32 ``v8``: float32 BLAS when every partial sum is below 2**24

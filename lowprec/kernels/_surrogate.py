@@ -26,6 +26,21 @@ from .problem import Problem, row_chunks
 NO_VIS = np.zeros((0, 0), dtype=np.bool_)  # "every key visible" for the row kernels
 
 
+@jit(inline="always")
+def row_block(t, R, nb):
+    """Rows ``(r0, r1)`` of block ``t`` of ``nb`` (the parallel row drivers of the surrogates:
+    each block has its own counters, so the counts do not race)."""
+    per = (R + nb - 1) // nb
+    r0 = min(R, t * per)
+    return r0, min(R, r0 + per)
+
+
+@jit(inline="always")
+def vis_block(vis, r0, r1):
+    """The rows ``r0 .. r1 - 1`` of a visibility array (:data:`NO_VIS` stays as it is)."""
+    return vis[r0:r1] if vis.shape[0] > 0 else vis
+
+
 def chunk_rows(g0: int, g1: int, r0: int, r1: int, Lq: int) -> slice:
     """Flat rows ``(entry * Lq + row)`` of a chunk of :func:`row_chunks` (whole entries, or a
     row range of one entry)."""
@@ -86,4 +101,5 @@ def exact_attend(P: np.ndarray, prob: Problem, v8: np.ndarray) -> tuple[np.ndarr
     return O, rs.reshape((B, Lq))
 
 
-__all__ = ["visibility", "fill_logits", "logits_f32", "exact_attend", "chunk_rows", "NO_VIS"]
+__all__ = ["visibility", "fill_logits", "logits_f32", "exact_attend", "chunk_rows", "row_block",
+           "vis_block", "NO_VIS"]

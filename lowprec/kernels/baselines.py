@@ -133,7 +133,7 @@ from ._fp import floor32 as _floor
 from ._fp import mul32 as _mul
 from ._fp import sub32 as _sub
 from ._int8 import INT8_QMAX, quantize_qkv
-from ._surrogate import exact_attend, fill_logits, logits_f32, visibility
+from ._surrogate import exact_attend, fill_logits, logits_f32, row_block, vis_block, visibility
 from .problem import Problem, softmax_rows
 
 # --------------------------------------------------------------------------------------------
@@ -367,37 +367,24 @@ def _ibert_norm_f32(e, rowflag, m31, inv_shift, out_bits, y, counts):
 
 @jit(parallel=True)
 def _ivit_f32_par(x, vis, s, x0, nx0, n, out_bits, y, counts):
-    R = x.shape[0]
-    nb = counts.shape[0]
-    per = (R + nb - 1) // nb
-    for t in prange(nb):
-        r0 = min(R, t * per)
-        r1 = min(R, r0 + per)
-        vv = vis[r0:r1] if vis.shape[0] > 0 else vis
-        _ivit_f32(x[r0:r1], vv, s, x0, nx0, n, out_bits, y[r0:r1], counts[t])
+    for t in prange(counts.shape[0]):
+        r0, r1 = row_block(t, x.shape[0], counts.shape[0])
+        _ivit_f32(x[r0:r1], vis_block(vis, r0, r1), s, x0, nx0, n, out_bits, y[r0:r1],
+                  counts[t])
 
 
 @jit(parallel=True)
 def _ibert_exp_f32_par(x, vis, s, x0i, nx0, bi, ci, n, e, rowflag, counts, emax):
-    R = x.shape[0]
-    nb = counts.shape[0]
-    per = (R + nb - 1) // nb
-    for t in prange(nb):
-        r0 = min(R, t * per)
-        r1 = min(R, r0 + per)
-        vv = vis[r0:r1] if vis.shape[0] > 0 else vis
-        emax[t] = _ibert_exp_f32(x[r0:r1], vv, s, x0i, nx0, bi, ci, n, e[r0:r1],
-                                 rowflag[r0:r1], counts[t])
+    for t in prange(counts.shape[0]):
+        r0, r1 = row_block(t, x.shape[0], counts.shape[0])
+        emax[t] = _ibert_exp_f32(x[r0:r1], vis_block(vis, r0, r1), s, x0i, nx0, bi, ci, n,
+                                 e[r0:r1], rowflag[r0:r1], counts[t])
 
 
 @jit(parallel=True)
 def _ibert_norm_f32_par(e, rowflag, m31, inv_shift, out_bits, y, counts):
-    R = e.shape[0]
-    nb = counts.shape[0]
-    per = (R + nb - 1) // nb
-    for t in prange(nb):
-        r0 = min(R, t * per)
-        r1 = min(R, r0 + per)
+    for t in prange(counts.shape[0]):
+        r0, r1 = row_block(t, e.shape[0], counts.shape[0])
         _ibert_norm_f32(e[r0:r1], rowflag[r0:r1], m31, inv_shift, out_bits, y[r0:r1],
                         counts[t])
 

@@ -253,8 +253,7 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
 
     out = each_chunk(prob, quantise)
     if Lk == 0:
-        out.fill(np.nan)
-        empty_rows = B * Lq
+        empty_rows = B * Lq  # every row NaN (lowprec.attention)
     st = None
     if return_stats:
         st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows,

@@ -77,7 +77,7 @@ from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, int_input
 from ._hccs_search import DELTA_BINS, DMAX_MAX, I16_T, INT16_MAX, Z_MIN, _histograms, _search
 from ._int8 import quantize_qkv
-from ._surrogate import NO_VIS, exact_attend, fill_logits, visibility
+from ._surrogate import NO_VIS, exact_attend, fill_logits, row_block, vis_block, visibility
 from .problem import Problem, softmax_rows
 
 # --------------------------------------------------------------------------------------------
@@ -467,15 +467,10 @@ def hccs_core(x8, B, S, Dmax, path: str = "i16_div", out_shift: int = 0, *,
 
 @jit(parallel=True)
 def _hccs_rows_par(x, vis, Bv, Sv, Dv, path, out_shift, clb_t, out, counts):
-    R = x.shape[0]
-    nb = counts.shape[0]
-    per = (R + nb - 1) // nb
-    for t in prange(nb):
-        r0 = min(R, t * per)
-        r1 = min(R, r0 + per)
-        vv = vis[r0:r1] if vis.shape[0] > 0 else vis
-        _hccs_rows(x[r0:r1], vv, Bv[r0:r1], Sv[r0:r1], Dv[r0:r1], path, out_shift, clb_t,
-                   out[r0:r1], counts[t])
+    for t in prange(counts.shape[0]):
+        r0, r1 = row_block(t, x.shape[0], counts.shape[0])
+        _hccs_rows(x[r0:r1], vis_block(vis, r0, r1), Bv[r0:r1], Sv[r0:r1], Dv[r0:r1], path,
+                   out_shift, clb_t, out[r0:r1], counts[t])
 
 
 def _core(rows, vis, Bv, Sv, Dv, code, osh, ct, out32) -> np.ndarray:

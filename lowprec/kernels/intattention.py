@@ -686,8 +686,7 @@ def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFA
 
     out = each_chunk(prob, step)
     if Lk == 0:
-        out.fill(np.nan)
-        empty_rows = prob.B * prob.Lq
+        empty_rows = prob.B * prob.Lq  # every row NaN (lowprec.attention)
     st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=empty_rows) \
         if return_stats else None
     return out, st

@@ -51,7 +51,7 @@ from ._check import check_bool, check_choice, check_real, float_input
 from ._fp import exp2_f32 as _exp2_float
 from ._fp import round_f16 as _round_f16
 from ._int8 import INT8_D_MAX as D_MAX
-from ._int8 import gemm_dtype, int8_rows, int_scores
+from ._int8 import int8_rows, score_chunks
 from .problem import (
     LOG2E,
     Problem,
@@ -60,7 +60,6 @@ from .problem import (
     int8_input,
     kernel_array,
     mask_planes,
-    row_chunks,
 )
 
 BLOCK_Q_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
@@ -362,12 +361,8 @@ def _run(q8, k8, v8, vh, sq, sk, sv, scale, Br, Bc, causal, half, planes, mmap, 
          round_out=True):
     """Flat validated arrays -> (float32 out holding float16 values, counters (B, _NCOUNT)):
     the scores by the int8 plumbing's exact GEMM in chunks of whole query tiles."""
-    B, Lq, d = q8.shape
-    Lk = k8.shape[1]
+    B, Lq, _ = q8.shape
     dv = vh.shape[2] if half else v8.shape[2]
-    dt = gemm_dtype(d)
-    qf = np.asarray(q8, dtype=dt)
-    kt = np.ascontiguousarray(np.transpose(k8, (0, 2, 1)), dtype=dt)
     c = np.float32(float(scale) * LOG2E)
     out = np.empty((B, Lq, dv), dtype=np.float32)
     w = kernel_array
@@ -375,8 +370,7 @@ def _run(q8, k8, v8, vh, sq, sk, sv, scale, Br, Bc, causal, half, planes, mmap, 
             w(sv, np.float32), c, w(planes, np.float32), w(mmap, np.int64), has_mask, causal,
             Br, Bc, half, round_out)
     counts = np.zeros((B, _NCOUNT), dtype=np.int64)
-    for g0, g1, r0, r1 in row_chunks(B, Lq, Lk, align=min(Br, max(Lq, 1))):
-        S = int_scores(qf[g0:g1, r0:r1], kt[g0:g1])
+    for g0, g1, r0, _, S in score_chunks(q8, k8, align=min(Br, max(Lq, 1))):
         cnt = _intflash_kernel(S, *args, g0, r0, Lq, out)
         counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
     return out, counts

@@ -54,7 +54,7 @@ from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_int, check_real, float_input, int_input
-from ._int8 import gemm_dtype, int8_rows, int_scores, quantize_int8, row_scales
+from ._int8 import int8_rows, quantize_int8, row_scales, score_chunks
 from .problem import (
     INT8_D_MAX,
     LOG2E,
@@ -64,7 +64,6 @@ from .problem import (
     int8_input,
     kernel_array,
     mask_planes,
-    row_chunks,
 )
 
 SHIFT_EXP = 16  # attention.md 4 / Alg. 2 eq. 16: fixed-point bits of exp_M and req_M
@@ -655,18 +654,13 @@ def _run_core(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k, bias_planes, bma
               causal, m_init, division):
     """Validated arrays ``(B, L, d)`` -> (o8 (B, Lq, dv), counters (B, _NCOUNT)): the scores
     by the int8 plumbing's exact GEMM in row chunks, Algorithm 1 by the kernel."""
-    B, Lq, d = q8.shape
-    Lk = k8.shape[1]
-    dt = gemm_dtype(d, 128, 128)
-    qf = np.asarray(q8, dtype=dt)
-    kt = np.ascontiguousarray(np.transpose(k8, (0, 2, 1)), dtype=dt)
+    B, Lq, _ = q8.shape
     vi = np.ascontiguousarray(v8, dtype=np.int32)
     out = np.empty((B, Lq, v8.shape[2]), dtype=np.int8)
     counts = np.zeros((B, _NCOUNT), dtype=np.int64)
     bias_planes = kernel_array(bias_planes, np.int64)
     bmap = kernel_array(bmap, np.int64)
-    for g0, g1, r0, r1 in row_chunks(B, Lq, Lk):
-        S = int_scores(qf[g0:g1, r0:r1], kt[g0:g1])
+    for g0, g1, r0, _, S in score_chunks(q8, k8):
         cnt = _qflash_kernel(S, vi, bias_planes, bmap, has_bias, causal, g0, r0, Lq, R,
                              exp_M, req_M, l_M, acc_M, block_k, m_init, division, out)
         counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
