@@ -564,15 +564,7 @@ def ivit_shiftmax(x, scale: float, out_bits: int = 8, *, exact: bool = False, ma
         >>> y = ivit_shiftmax(np.array([0.0, -0.5, 1.0], np.float32), s)
         >>> y * 2.0**-7          # approximate softmax probabilities
     """
-    s = _check_scale(scale)
-    ob = _check_out_bits(out_bits)
-    ex = check_bool(exact, "exact")
-    rb = check_bool(return_stats, "return_stats")
-    rows, restore, vis = _rows_and_mask(x, mask)
-    y = np.empty(rows.shape, dtype=np.float32)
-    counts = _ivit_core(rows, vis, s, ob, ex, y)
-    out = restore(y)
-    return (out, _stats_from(counts, rows.shape[0])) if rb else out
+    return _public_softmax(_ivit_core, x, scale, out_bits, exact, mask, return_stats)
 
 
 def ibert_softmax(x, scale: float, out_bits: int = 8, *, exact: bool = False, mask=None,
@@ -606,13 +598,18 @@ def ibert_softmax(x, scale: float, out_bits: int = 8, *, exact: bool = False, ma
         >>> y = ibert_softmax(np.array([0.0, -0.5, 1.0], np.float32), 0.05)
         >>> y * 2.0**-8
     """
+    return _public_softmax(_ibert_core, x, scale, out_bits, exact, mask, return_stats)
+
+
+def _public_softmax(core, x, scale, out_bits, exact, mask, return_stats):
+    """Validate the arguments of :func:`ivit_shiftmax` / :func:`ibert_softmax`, run ``core``."""
     s = _check_scale(scale)
     ob = _check_out_bits(out_bits)
     ex = check_bool(exact, "exact")
     rb = check_bool(return_stats, "return_stats")
     rows, restore, vis = _rows_and_mask(x, mask)
     y = np.empty(rows.shape, dtype=np.float32)
-    counts = _ibert_core(rows, vis, s, ob, ex, y)
+    counts = core(rows, vis, s, ob, ex, y)
     out = restore(y)
     return (out, _stats_from(counts, rows.shape[0])) if rb else out
 
