@@ -61,4 +61,11 @@ def float_rows_output(P: np.ndarray, v64: np.ndarray, g0: int, g1: int) -> np.nd
     return np.matmul(P, v64[g0:g1])
 
 
-__all__ = ["float_scores", "float64_operands", "float_rows_output", "row_max", "ALL_VISIBLE"]
+def nan_rows(P: np.ndarray) -> int:
+    """Rows of a probability chunk ``(n, Lk)`` that the row kernel set to NaN (no visible key,
+    or NaN/+inf among the scores); every row when ``Lk == 0``."""
+    return int(np.count_nonzero(np.isnan(P[:, 0]))) if P.shape[1] else P.shape[0]
+
+
+__all__ = ["nan_rows", "float_scores", "float64_operands", "float_rows_output", "row_max",
+           "ALL_VISIBLE"]

@@ -31,7 +31,14 @@ from ..formats._jit import jit
 from ..stats import IntAttentionStats
 from . import Scheme, register
 from ._check import check_int
-from ._scores import ALL_VISIBLE, float64_operands, float_rows_output, float_scores, row_max
+from ._scores import (
+    ALL_VISIBLE,
+    float64_operands,
+    float_rows_output,
+    float_scores,
+    nan_rows,
+    row_max,
+)
 from .problem import Problem, each_chunk, softmax_rows
 
 #: EXAQ's clipping rule ``C = a * sigma + b`` per bit width (attention.md 3, EXAQ Table 1).
@@ -248,12 +255,10 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
         P = np.empty(sc.shape, dtype=np.float64)
         _exaq_rows(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, lo, delta,
                    float(1 << b), P)
-        empty_rows += int(np.count_nonzero(np.isnan(P[:, 0]))) if Lk else 0
+        empty_rows += nan_rows(P)
         return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
 
     out = each_chunk(prob, quantise)
-    if Lk == 0:
-        empty_rows = B * Lq  # every row NaN (lowprec.attention)
     st = None
     if return_stats:
         st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows,

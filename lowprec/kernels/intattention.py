@@ -96,6 +96,7 @@ from ._scores import (
     float64_operands,
     float_rows_output,
     float_scores,
+    nan_rows,
 )
 from .problem import Problem, check_block, each_chunk, softmax_rows
 
@@ -681,12 +682,10 @@ def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFA
         P = np.empty(sc.shape, dtype=np.float64)
         _float_index_rows(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, lut,
                           (1 << b) - 1, np.float32(cf), mode, P)
-        empty_rows += int(np.count_nonzero(np.isnan(P[:, 0]))) if Lk else 0
+        empty_rows += nan_rows(P)
         return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
 
     out = each_chunk(prob, step)
-    if Lk == 0:
-        empty_rows = prob.B * prob.Lq  # every row NaN (lowprec.attention)
     st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=empty_rows) \
         if return_stats else None
     return out, st
