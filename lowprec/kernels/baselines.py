@@ -229,6 +229,20 @@ def _row_scan_f32(x, vis, use_vis, r, s, xi, used):
 # I-ViT Shiftmax kernels
 
 
+@jit(inline="always")
+def _normalise_row(y, r, e, used, f, out_div, counts):
+    """Output row ``r`` in float32 order: ``y = floor(fl(fl(e f) / out_div))`` where ``used``,
+    0 elsewhere; counts the zero outputs."""
+    for j in range(e.shape[0]):
+        if not used[j]:
+            y[r, j] = 0.0
+            continue
+        v = _floor(_div(_mul(e[j], f), out_div))
+        y[r, j] = v
+        if v == 0:
+            counts[_C_ZERO] += 1
+
+
 @jit
 def _ivit_f32(x, vis, s, x0, nx0, n, out_bits, y, counts):
     R, L = x.shape
@@ -269,15 +283,7 @@ def _ivit_f32(x, vis, s, x0, nx0, n, out_bits, y, counts):
         if z >= two31:
             z = two31
             counts[_C_SUM] += 1
-        f = _floor(_div(two31, z))
-        for j in range(L):
-            if not used[j]:
-                y[r, j] = 0.0
-                continue
-            v = _floor(_div(_mul(e[j], f), out_div))
-            y[r, j] = v
-            if v == 0:
-                counts[_C_ZERO] += 1
+        _normalise_row(y, r, e, used, _floor(_div(two31, z)), out_div, counts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -329,6 +335,7 @@ def _ibert_norm_f32(e, rowflag, m31, inv_shift, out_bits, y, counts):
     """Pass 2 (float32 order): 16-bit requantisation, row sum, reciprocal, output."""
     R, L = e.shape
     e16 = np.empty(L, np.float32)
+    used = np.empty(L, np.bool_)
     two32 = np.float32(2.0**32)
     out_div = np.float32(2.0 ** (32 - out_bits))
     for r in range(R):
@@ -339,6 +346,7 @@ def _ibert_norm_f32(e, rowflag, m31, inv_shift, out_bits, y, counts):
         z = np.float32(0.0)
         for j in range(L):
             ev = e[r, j]
+            used[j] = ev >= 0
             if ev < 0:
                 continue
             v = np.rint((np.float64(ev) * m31) * inv_shift)  # fl64(e * m) / 2**shift, RNE
@@ -350,15 +358,7 @@ def _ibert_norm_f32(e, rowflag, m31, inv_shift, out_bits, y, counts):
                 counts[_C_REQ] += 1
             e16[j] = np.float32(v)
             z = _add(z, e16[j])
-        f = _floor(_div(two32, z))
-        for j in range(L):
-            if e[r, j] < 0:
-                y[r, j] = 0.0
-                continue
-            v = _floor(_div(_mul(e16[j], f), out_div))
-            y[r, j] = v
-            if v == 0:
-                counts[_C_ZERO] += 1
+        _normalise_row(y, r, e16, used, _floor(_div(two32, z)), out_div, counts)
 
 
 # --------------------------------------------------------------------------------------------
