@@ -44,6 +44,7 @@ import numpy as np
 from numba import prange
 
 from ..formats._arrays import to_numpy
+from ..formats._bits import f32_as_u32
 from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
@@ -72,7 +73,6 @@ OUTPUTS = ("float16", "float32")
 _LOG2E_F32 = np.float32(LOG2E)
 _NINF = np.float32(-np.inf)
 _F127 = np.float32(127.0)
-_HALF = np.float32(0.5)
 _C_TILES, _C_SKIPPED, _C_RESCALES, _C_F16_OVF = range(4)
 _NCOUNT = 4
 
@@ -155,17 +155,36 @@ def quantize_inputs(q, k, v, *, scale_dtype: str = "float32") -> IntFlashInputs:
 # the kernel
 
 
+def _p8_table() -> np.ndarray:
+    """``trunc(f16(f16(h * 127) + 0.5))`` for every float16 ``h`` in [0, 1], indexed by
+    :func:`_f16_index` (float16 arithmetic rounds each step as the kernel's chain does)."""
+    h = np.arange(0x3C01, dtype=np.uint16).view(np.float16)  # the float16 values 0 .. 1
+    t = (h * np.float16(127)).astype(np.float16)
+    return np.trunc((t + np.float16(0.5)).astype(np.float16)).astype(np.int32)
+
+
+_P8 = _p8_table()
+_F16_NORMAL_BIAS = (127 - 15) << 10  # float32 -> float16 exponent rebias, in 13-bit-shifted bits
+
+
 @jit(inline="always")
-def _p8(p):
-    """``trunc(f16(f16(f16(p) * 127) + 0.5))`` for ``0 <= p <= 1`` (an int in [0, 127])."""
-    t = _round_f16(np.float32(_round_f16(p) * _F127))
-    t = _round_f16(np.float32(t + _HALF))
-    return np.int64(t)
+def _f16_index(h):
+    """The float16 bit pattern of a non-negative float32 ``h`` that is a float16 value."""
+    if h < np.float32(2.0**-14):
+        return np.int64(h * np.float32(2.0**24))  # subnormal: h / 2**-24, exact
+    return np.int64(f32_as_u32(h) >> np.uint32(13)) - _F16_NORMAL_BIAS
+
+
+@jit(inline="always")
+def _p8(p, table):
+    """``trunc(f16(f16(f16(p) * 127) + 0.5))`` for ``0 <= p <= 1`` (an int in [0, 127]): the
+    first float16 rounding on the bits, the rest from the 15361-entry table."""
+    return table[_f16_index(_round_f16(p))]
 
 
 @jit(parallel=True)
 def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br, Bc, half,
-                     round_out, g0, r0, Lq, out):
+                     round_out, g0, r0, Lq, p8tab, out):
     """Algorithm 1 on a chunk: ``S (gh, rows, Lk)`` holds the exact int8 score products of
     entries ``g0 ..`` and query rows ``r0 ..`` (``r0`` a multiple of ``Br``); one task per
     (entry, query tile).  Returns per-task counters ``(gh * nq, _NCOUNT)``."""
@@ -260,7 +279,7 @@ def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br,
                 else:
                     ti[:] = 0
                     for jj in range(jl):  # int32 sums: block_k <= BLOCK_K_MAX
-                        pq = np.int32(_p8(p[jj]))
+                        pq = _p8(p[jj], p8tab)
                         if pq != 0:
                             for cc in range(dv):
                                 ti[cc] += pq * v8[b, j0 + jj, cc]
@@ -371,7 +390,7 @@ def _run(q8, k8, v8, vh, sq, sk, sv, scale, Br, Bc, causal, half, planes, mmap, 
             Br, Bc, half, round_out)
     counts = np.zeros((B, _NCOUNT), dtype=np.int64)
     for g0, g1, r0, _, S in score_chunks(q8, k8, align=min(Br, max(Lq, 1))):
-        cnt = _intflash_kernel(S, *args, g0, r0, Lq, out)
+        cnt = _intflash_kernel(S, *args, g0, r0, Lq, _P8, out)
         counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
     return out, counts
 
