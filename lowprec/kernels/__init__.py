@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ._check import check_bool
-from .problem import check_options, finish, prepare
+from .problem import check_options, finish, one_blas_thread, prepare
 
 #: the modules that define schemes, one line each (imported on first use of the registry)
 SCHEME_MODULES = (
@@ -161,7 +161,8 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
     check_bool(return_stats, "return_stats")
     prob, as_torch = prepare(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
                              keep_float64=s.float64)
-    out, stats = s.run(prob, return_stats, **options)
+    with one_blas_thread():
+        out, stats = s.run(prob, return_stats, **options)
     none = prob.no_key_rows()
     if none is not None:  # the one place rows that see no key become NaN (problem.py)
         rows = out[none]

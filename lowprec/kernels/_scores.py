@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..formats._jit import jit
+from ..formats._jit import for_size, jit
 from .problem import Problem
 
 ALL_VISIBLE = np.ones((1, 1), np.bool_)  # the visibility argument when every key is visible
@@ -44,8 +44,8 @@ def float_scores(prob: Problem, g0: int, g1: int, r0: int, r1: int, add, q64, k6
     added as one float32 addition; masked entries are handled by the visibility arrays)."""
     G = np.matmul(q64[g0:g1, r0:r1], k64t[g0:g1]).reshape((-1, prob.Lk))
     x = np.empty(G.shape, dtype=np.float32)
-    _scale_scores(G, float(prob.scale), add.reshape(G.shape) if add is not None else x,
-                  add is not None, x)
+    addr = add.reshape(G.shape) if add is not None else x
+    for_size(_scale_scores, G.size)(G, float(prob.scale), addr, add is not None, x)
     return x
 
 

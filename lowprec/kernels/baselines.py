@@ -108,7 +108,7 @@ import numpy as np
 from numba import prange
 
 from ..formats._arrays import to_numpy
-from ..formats._jit import jit
+from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
 from ._baselines_exact import (
@@ -466,7 +466,7 @@ def _ivit_core(rows: np.ndarray, vis: np.ndarray, s: np.float32, ob: int, exact:
     counts = np.zeros((ROW_BLOCKS, _NCOUNT), dtype=np.int64)
     x0 = np.float32(np.floor(-_div_py(1.0, s)))  # -(1/s): reciprocal then * -1
     nx0 = np.float32(np.float32(IVIT_N) * x0)
-    _ivit_f32_par(rows, vis, s, x0, nx0, IVIT_N, ob, y, counts)
+    for_size(_ivit_f32_par, rows.size)(rows, vis, s, x0, nx0, IVIT_N, ob, y, counts)
     return counts
 
 
@@ -520,12 +520,14 @@ def _ibert_core(rows: np.ndarray, vis: np.ndarray, s: np.float32, ob: int, exact
                      / np.float32(2.0**IBERT_N))
     emaxs = np.full(ROW_BLOCKS, -1.0, dtype=np.float32)
     e = y  # pass 1 writes e where y goes (a row's x is read before its e is written)
-    _ibert_exp_f32_par(rows, vis, s, x0i, nx0, bi, ci, IBERT_N, e, rowflag, counts, emaxs)
+    for_size(_ibert_exp_f32_par, rows.size)(rows, vis, s, x0i, nx0, bi, ci, IBERT_N, e,
+                                            rowflag, counts, emaxs)
     emax = emaxs.max()
     if emax > 0:
         s16 = np.float32(np.float32(emax * s_e) / np.float32(IBERT_E16_MAX))
         m31, shift = _frexp_multiplier(float(s_e) / float(s16))
-        _ibert_norm_f32_par(e, rowflag, float(m31), math.ldexp(1.0, -shift), ob, y, counts)
+        for_size(_ibert_norm_f32_par, e.size)(e, rowflag, float(m31), math.ldexp(1.0, -shift),
+                                              ob, y, counts)
     else:
         y[:] = np.nan
     return counts
@@ -673,15 +675,16 @@ def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, o
     x = np.empty((B * Lq, Lk), dtype=np.float32)  # logits, then the surrogate's output
 
     def fill(rows, S, add):
-        logits_f32(S, np.float64(s_in), S if add is None else add, add is not None, x[rows])
+        for_size(logits_f32, S.size)(S, np.float64(s_in), S if add is None else add,
+                                     add is not None, x[rows])
 
     fill_logits(prob, qz, fill)
     vis = visibility(prob)
     if lb is not None:
         qmax = 2 ** (lb - 1) - 1
-        amax = float(_vis_amax(x, vis))
+        amax = float(for_size(_vis_amax, x.size)(x, vis))
         s_x = np.float32(amax / qmax) if amax > 0 else np.float32(1.0)
-        _requantize(x, np.float64(s_x), float(qmax))
+        for_size(_requantize, x.size)(x, np.float64(s_x), float(qmax))
         s_in = s_x
     counts = core(x, vis, _check_scale(float(s_in)), out_bits, exact, x)  # x now holds y
     bad = np.isnan(x[:, 0])  # rows the surrogate gave NaN (no visible key): NaN out

@@ -27,7 +27,7 @@ import math
 import numpy as np
 from numba import prange
 
-from ..formats._jit import jit
+from ..formats._jit import for_size, jit
 from ..stats import IntAttentionStats
 from . import Scheme, register
 from ._check import check_int
@@ -94,7 +94,7 @@ def _exaq_moments(x, lim, vis, has_vis, acc):
     (float32 ``x - rowmax``) into ``acc`` (4,) float64: row maxima in parallel, the sums in
     row-major order."""
     m = np.empty(x.shape[0], dtype=np.float64)
-    _row_maxes(x, lim, vis, has_vis, m)
+    for_size(_row_maxes, x.size)(x, lim, vis, has_vis, m)
     return _exaq_accumulate(x, m, lim, vis, has_vis, acc)
 
 
@@ -219,7 +219,7 @@ def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
     acc = _exaq_moments(rows, lim, dummy, False, np.array([0.0, 0.0, 0.0, np.inf]))
     _, _, lo, delta = _exaq_params(acc, b)
     out = np.empty(rows.shape, dtype=np.float32)
-    _exaq_rows(rows, lim, dummy, False, lo, delta, float(1 << b), out)
+    for_size(_exaq_rows, rows.size)(rows, lim, dummy, False, lo, delta, float(1 << b), out)
     return restore(out)
 
 
@@ -253,8 +253,8 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
         lim, vis, add = rm
         sc = scores.pop((g0, r0))
         P = np.empty(sc.shape, dtype=np.float64)
-        _exaq_rows(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, lo, delta,
-                   float(1 << b), P)
+        for_size(_exaq_rows, sc.size)(sc, lim, ALL_VISIBLE if vis is None else vis,
+                                      vis is not None, lo, delta, float(1 << b), P)
         empty_rows += nan_rows(P)
         return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
 

@@ -71,7 +71,7 @@ import numpy as np
 from numba import prange
 
 from ..formats._arrays import to_numpy
-from ..formats._jit import jit
+from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, int_input
@@ -476,7 +476,7 @@ def _hccs_rows_par(x, vis, Bv, Sv, Dv, path, out_shift, clb_t, out, counts):
 def _core(rows, vis, Bv, Sv, Dv, code, osh, ct, out32) -> np.ndarray:
     """The HCCS core on validated int8 rows (in row blocks, in parallel): counters (4,)."""
     counts = np.zeros((ROW_BLOCKS, 4), dtype=np.int64)
-    _hccs_rows_par(rows, vis, Bv, Sv, Dv, code, osh, ct, out32, counts)
+    for_size(_hccs_rows_par, rows.size)(rows, vis, Bv, Sv, Dv, code, osh, ct, out32, counts)
     return counts.sum(axis=0)
 
 
@@ -693,7 +693,7 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
         logits = np.empty((Bn * Lq, Lk), dtype=np.float64)
 
         def keep(rows, S, add):
-            _quantized_logits(S, c, S if add is None else add, add is not None,
+            for_size(_quantized_logits, S.size)(S, c, S if add is None else add, add is not None,
                               np.ones(S.shape[0]), NO_VIS, x8[rows], logits[rows], True)
 
         fill_logits(prob, qz, keep)
@@ -708,9 +708,9 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
 
     def quantise(rows, S, add):
         nonlocal sat
-        sat += int(_quantized_logits(S, c, S if add is None else add, add is not None, xs[rows],
-                                     vis[rows] if vis.shape[0] else NO_VIS, x8[rows],
-                                     _NO_LOGITS, False))
+        kernel = for_size(_quantized_logits, S.size)
+        sat += int(kernel(S, c, S if add is None else add, add is not None, xs[rows],
+                          vis[rows] if vis.shape[0] else NO_VIS, x8[rows], _NO_LOGITS, False))
 
     fill_logits(prob, qz, quantise)
     Bv, Sv, Dv = (np.ascontiguousarray(np.broadcast_to(a, (H,))[head], dtype=np.int32)

@@ -68,7 +68,7 @@ import numpy as np
 from numba import prange
 
 from ..formats._arrays import to_numpy
-from ..formats._jit import jit
+from ..formats._jit import for_size, jit
 from ..stats import IntAttentionStats
 from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, check_real
@@ -569,7 +569,7 @@ def index_softmax_float(scores, axis: int = -1, *, bits: int = BITS_DEFAULT,
     rows, restore = softmax_rows(scores, axis)
     out = np.empty(rows.shape, dtype=np.float32)
     lim = np.full(rows.shape[0], rows.shape[1] - 1, dtype=np.int64)
-    _float_index_rows(rows, lim, np.ones((1, 1), np.bool_), False,
+    for_size(_float_index_rows, rows.size)(rows, lim, np.ones((1, 1), np.bool_), False,
                       index_lut(b, cf).astype(np.int64), (1 << b) - 1, np.float32(cf), mode, out)
     return restore(out)
 
@@ -680,8 +680,9 @@ def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFA
         lim, vis, add = rm
         sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
         P = np.empty(sc.shape, dtype=np.float64)
-        _float_index_rows(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, lut,
-                          (1 << b) - 1, np.float32(cf), mode, P)
+        for_size(_float_index_rows, sc.size)(sc, lim, ALL_VISIBLE if vis is None else vis,
+                                             vis is not None, lut, (1 << b) - 1, np.float32(cf),
+                                             mode, P)
         empty_rows += nan_rows(P)
         return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
 
@@ -711,7 +712,7 @@ def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tenso
         sk = np.repeat(qz.sk[g0:g1], rows)
         P8 = np.empty(S.shape, dtype=np.float32)
         addr = add.reshape(S.shape) if add is not None else P8
-        psum = _quant_only_rows(S, scale32, sq, sk, addr, add is not None, lim,
+        psum = for_size(_quant_only_rows, S.size)(S, scale32, sq, sk, addr, add is not None, lim,
                                 ALL_VISIBLE if vis is None else vis, vis is not None, P8)
         empty_rows += int(rm.none_visible(Lk).sum())
         return _out_rows(exact_pv(P8.reshape((gh, rows, Lk)), qz.v8[g0:g1], psum),

@@ -45,7 +45,7 @@ from numba import prange
 
 from ..formats._arrays import to_numpy
 from ..formats._bits import f32_as_u32
-from ..formats._jit import jit
+from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_real, float_input
@@ -390,7 +390,7 @@ def _run(q8, k8, v8, vh, sq, sk, sv, scale, Br, Bc, causal, half, planes, mmap, 
             Br, Bc, half, round_out)
     counts = np.zeros((B, _NCOUNT), dtype=np.int64)
     for g0, g1, r0, _, S in score_chunks(q8, k8, align=min(Br, max(Lq, 1))):
-        cnt = _intflash_kernel(S, *args, g0, r0, Lq, _P8, out)
+        cnt = for_size(_intflash_kernel, S.size)(S, *args, g0, r0, Lq, _P8, out)
         counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
     return out, counts
 

@@ -338,6 +338,36 @@ def finish(out: np.ndarray, prob: Problem, as_torch: bool):
     return torch.from_numpy(np.ascontiguousarray(res))
 
 
+_BLAS: list = []  # [threadpoolctl controller or None], created on first use
+
+
+def one_blas_thread():
+    """A context limiting NumPy's BLAS to one thread while a scheme runs (a no-op without
+    threadpoolctl); :func:`lowprec.attention` enters it around every scheme.
+
+    The schemes alternate NumPy GEMMs with parallel Numba row kernels.  OpenBLAS worker threads
+    busy-wait for a while after each call and then compete with Numba's (and torch's) threads
+    for the same cores: measured on 2 cores at (1, 8, 2048, 64), ``ivit`` 12.0x -> 7.3x of torch
+    SDPA, ``qflash`` 5.8x -> 3.4x, ``intattention`` 4.4x -> 2.9x; and in ``lp.emulate``,
+    MiniLM at 256 tokens under ``intattention`` 6-12x -> about 2x of its float32 forward.  The
+    results are the same bits with one thread or several (OpenBLAS splits a GEMM by rows and
+    columns, never along the reduction).
+    """
+    if not _BLAS:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            _BLAS.append(ThreadpoolController())
+        except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+            _BLAS.append(None)
+    ctl = _BLAS[0]
+    if ctl is None:  # pragma: no cover
+        from contextlib import nullcontext
+
+        return nullcontext()
+    return ctl.limit(limits=1, user_api="blas")
+
+
 def kernel_array(a: np.ndarray, dtype) -> np.ndarray:
     """``a`` as a writable C-contiguous array of ``dtype`` (a read-only view, e.g. from
     ``np.broadcast_to``, would give a Numba kernel a second signature to compile)."""
@@ -422,7 +452,7 @@ def core_lead(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> tuple:
 
 
 __all__ = ["Problem", "RowMask", "prepare", "finish", "causal_visible", "check_block",
-           "no_key_rows", "kernel_array",
+           "no_key_rows", "kernel_array", "one_blas_thread",
            "row_chunks", "each_chunk", "mask_planes",
            "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",
            "is_torch"]

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from numba import prange
 
-from ..formats._jit import jit
+from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_int, check_real, float_input, int_input
@@ -661,7 +661,8 @@ def _run_core(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k, bias_planes, bma
     bias_planes = kernel_array(bias_planes, np.int64)
     bmap = kernel_array(bmap, np.int64)
     for g0, g1, r0, _, S in score_chunks(q8, k8):
-        cnt = _qflash_kernel(S, vi, bias_planes, bmap, has_bias, causal, g0, r0, Lq, R,
+        kernel = for_size(_qflash_kernel, S.size)
+        cnt = kernel(S, vi, bias_planes, bmap, has_bias, causal, g0, r0, Lq, R,
                              exp_M, req_M, l_M, acc_M, block_k, m_init, division, out)
         counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
     return out, counts

@@ -415,9 +415,9 @@ class Emulation:
             lp_mask = combine(mc, tril)
             causal = False
         t0 = time.perf_counter()
-        with _one_blas_thread():
-            out, st = attention(qc, kc, vc, self.scheme, scale=scale, causal=causal,
-                                attn_mask=lp_mask, return_stats=True, **self.options)
+        # (lowprec.attention keeps NumPy's BLAS to one thread: problem.one_blas_thread)
+        out, st = attention(qc, kc, vc, self.scheme, scale=scale, causal=causal,
+                            attn_mask=lp_mask, return_stats=True, **self.options)
         seconds = time.perf_counter() - t0
         empty = empty_rows(lp_mask, tuple(out.shape[:-2]), Lq, Lk, causal)
         n_empty = 0
@@ -441,35 +441,6 @@ class Emulation:
         if out.device != device:
             out = out.to(device)
         return out
-
-
-_BLAS = []  # [threadpoolctl controller or None], created on first use
-
-
-def _one_blas_thread():
-    """A context limiting NumPy's BLAS to one thread (a no-op without threadpoolctl).
-
-    The integer schemes multiply small matrices with ``np.matmul``.  OpenBLAS worker threads
-    busy-wait for a while after each call, and on a machine with few cores they then compete
-    with torch's OpenMP threads for the same cores: measured on 2 cores, MiniLM at 256 tokens
-    under ``intattention`` ran 6 to 12x slower than float32 with NumPy's default 2 BLAS threads
-    and about 2x with one.  The integer products are exact either way; the float64 score
-    products of the float baselines (``quant_only``, ``index_softmax_only``) could in principle
-    differ in the last float64 bit with BLAS blocking, far below the float32 rounding after.
-    """
-    if not _BLAS:
-        try:
-            from threadpoolctl import ThreadpoolController
-
-            _BLAS.append(ThreadpoolController())
-        except ImportError:  # pragma: no cover - threadpoolctl is a dependency of the extra
-            _BLAS.append(None)
-    ctl = _BLAS[0]
-    if ctl is None:  # pragma: no cover
-        from contextlib import nullcontext
-
-        return nullcontext()
-    return ctl.limit(limits=1, user_api="blas")
 
 
 def _no_grad_check(tensors, what: str) -> None:
