@@ -74,22 +74,27 @@ class Problem:
 
     @property
     def B(self) -> int:
+        """Batch entries (every leading dim flattened)."""
         return self.q.shape[0]
 
     @property
     def Lq(self) -> int:
+        """Query length."""
         return self.q.shape[1]
 
     @property
     def Lk(self) -> int:
+        """Key length."""
         return self.k.shape[1]
 
     @property
     def d(self) -> int:
+        """Head dim of q and k."""
         return self.q.shape[2]
 
     @property
     def dv(self) -> int:
+        """Head dim of v (and of the output)."""
         return self.v.shape[2]
 
     def row_limits(self, r0: int = 0, r1: int | None = None) -> np.ndarray:

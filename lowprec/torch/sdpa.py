@@ -27,6 +27,8 @@ from ..kernels.problem import no_key_rows
 
 
 def bind_sdpa(args, kwargs):
+    """``(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)`` of an SDPA
+    call's positional and keyword arguments, with torch's defaults; TypeError as torch."""
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
              "enable_gqa")
     defaults = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None,
@@ -47,6 +49,8 @@ def bind_sdpa(args, kwargs):
 
 
 def materialize_mask(mask, q, k):
+    """A ``torch.nn.attention.bias.CausalBias`` mask as the dense tensor it stands for; any
+    other mask unchanged."""
     try:
         from torch.nn.attention.bias import CausalBias
     except ImportError:  # pragma: no cover - old torch
@@ -57,6 +61,8 @@ def materialize_mask(mask, q, k):
 
 
 def repeat_kv(q, k, v):
+    """``enable_gqa=True``: each key/value head repeated ``Hq / Hkv`` times on dim -3
+    (``repeat_interleave``, as torch); ValueError when the head counts do not divide."""
     hq, hk = q.shape[-3] if q.dim() >= 3 else 1, k.shape[-3] if k.dim() >= 3 else 1
     if q.dim() < 3 or k.dim() < 3 or v.dim() < 3:
         raise ValueError("enable_gqa=True needs (..., heads, L, d) inputs")
