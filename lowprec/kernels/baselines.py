@@ -157,6 +157,11 @@ EXACT_X_MAX = 2**31  # exact mode: |x / s| must fit int32
 IBERT_EXACT_C_MAX = 2**61  # exact mode: ci must stay below this (int64 polynomial)
 LOGIT_BITS_MIN, LOGIT_BITS_MAX = 2, 24  # option logit_bits
 ROW_BLOCKS = 64  # row blocks of the parallel drivers (each with its own counters)
+_POW2_F32 = np.ldexp(1.0, np.arange(64)).astype(np.float32)  # 2**k, exact
+_HALF32 = np.float32(0.5)
+_SIXTEENTH32 = np.float32(0.0625)
+_NO_CODES = np.zeros((0, 0), dtype=np.uint8)
+CODED_MAX = 255  # the pipeline's logits use per-value tables up to this many values
 
 
 
@@ -243,41 +248,74 @@ def _normalise_row(y, r, e, used, f, out_div, counts):
             counts[_C_ZERO] += 1
 
 
+@jit(inline="always")
+def _ivit_e(xs, m, x0, nx0, n):
+    """Shiftmax's ``e`` of one entry in float32 order from ``xs = fl(x / s)`` and the row max
+    ``m``; returns ``(e, clamped to the floor n x0)``."""
+    t = _sub(xs, m)
+    a = _floor(_mul(t, _HALF32))
+    b = _floor(_mul(t, _SIXTEENTH32))
+    t = _sub(_add(t, a), b)
+    clamped = t < nx0
+    if clamped:
+        t = nx0
+    q = _floor(_div(t, x0))
+    rr = _sub(t, _mul(x0, q))
+    u = _sub(_mul(rr, _HALF32), x0)
+    ev = _floor(_mul(u, _POW2_F32[int(n - q)]))  # 0 <= n - q <= n
+    if ev < 0:
+        ev = np.float32(0.0)
+    return ev, clamped
+
+
 @jit
-def _ivit_f32(x, vis, s, x0, nx0, n, out_bits, y, counts):
+def _ivit_f32(x, codes, xvals, vis, s, x0, nx0, n, out_bits, y, counts):
+    """I-ViT Shiftmax rows in float32 order.  With ``codes`` (uint8 ``(R, L)``, the index of
+    each entry's value in ``xvals``; ``(0, 0)`` = none) every row evaluates ``e`` once per code
+    (the same float32 operations on the same values, so the same bits) and looks entries up."""
     R, L = x.shape
     use_vis = vis.shape[0] > 0
+    coded = codes.shape[0] > 0
+    nc = xvals.shape[0]
     xi = np.empty(L, np.float32)
     e = np.empty(L, np.float32)
     used = np.empty(L, np.bool_)
+    etab = np.empty(nc, np.float32)
+    ftab = np.empty(nc, np.bool_)
     two31 = np.float32(2.0**31)
     out_div = np.float32(2.0 ** (32 - out_bits))
-    half = np.float32(0.5)
-    sixteenth = np.float32(0.0625)
     for r in range(R):
-        cnt, m, bad = _row_scan_f32(x, vis, use_vis, r, s, xi, used)
+        if coded:  # the visible max code gives the max of fl(x / s) (monotone in x)
+            cnt = 0
+            cm = 0
+            for j in range(L):
+                used[j] = not use_vis or vis[r, j]
+                if used[j]:
+                    cnt += 1
+                    cm = max(cm, np.int64(codes[r, j]))
+            m = _div(xvals[cm], s)
+            bad = False
+        else:
+            cnt, m, bad = _row_scan_f32(x, vis, use_vis, r, s, xi, used)
         if cnt == 0 or bad:
             counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
             for j in range(L):
                 y[r, j] = np.nan
             continue
+        if coded:
+            for c in range(cm + 1):
+                etab[c], ftab[c] = _ivit_e(_div(xvals[c], s), m, x0, nx0, n)
         z = np.float32(0.0)
         for j in range(L):
             if not used[j]:
                 continue
-            t = _sub(xi[j], m)
-            a = _floor(_mul(t, half))
-            b = _floor(_mul(t, sixteenth))
-            t = _sub(_add(t, a), b)
-            if t < nx0:
-                t = nx0
+            if coded:
+                ev = etab[codes[r, j]]
+                clamped = ftab[codes[r, j]]
+            else:
+                ev, clamped = _ivit_e(xi[j], m, x0, nx0, n)
+            if clamped:
                 counts[_C_FLOOR] += 1
-            q = _floor(_div(t, x0))
-            rr = _sub(t, _mul(x0, q))
-            u = _sub(_mul(rr, half), x0)
-            ev = _floor(_mul(u, np.float32(math.ldexp(1.0, int(n - q)))))
-            if ev < 0:
-                ev = np.float32(0.0)
             e[j] = ev
             z = _add(z, ev)
         if z >= two31:
@@ -366,11 +404,11 @@ def _ibert_norm_f32(e, rowflag, m31, inv_shift, out_bits, y, counts):
 
 
 @jit(parallel=True)
-def _ivit_f32_par(x, vis, s, x0, nx0, n, out_bits, y, counts):
+def _ivit_f32_par(x, codes, xvals, vis, s, x0, nx0, n, out_bits, y, counts):
     for t in prange(counts.shape[0]):
         r0, r1 = row_block(t, x.shape[0], counts.shape[0])
-        _ivit_f32(x[r0:r1], vis_block(vis, r0, r1), s, x0, nx0, n, out_bits, y[r0:r1],
-                  counts[t])
+        _ivit_f32(x[r0:r1], vis_block(codes, r0, r1), xvals, vis_block(vis, r0, r1), s, x0, nx0,
+                  n, out_bits, y[r0:r1], counts[t])
 
 
 @jit(parallel=True)
@@ -454,9 +492,11 @@ def _check_exact_range(rows: np.ndarray, s: np.float32) -> None:
 
 
 def _ivit_core(rows: np.ndarray, vis: np.ndarray, s: np.float32, ob: int, exact: bool,
-               y: np.ndarray) -> np.ndarray:
+               y: np.ndarray, codes=None) -> np.ndarray:
     """I-ViT Shiftmax of validated rows into ``y`` (may be ``rows`` itself); returns the
-    counters ``(blocks, _NCOUNT)``."""
+    counters ``(blocks, _NCOUNT)``.  ``codes = (uint8 (R, L), float32 values)`` says that every
+    entry is one of few values (the pipeline's 8-bit logits): ``e`` is then computed per value
+    (float32 order only)."""
     if exact:
         counts = np.zeros((1, _NCOUNT), dtype=np.int64)
         _check_exact_range(rows, s)
@@ -466,7 +506,8 @@ def _ivit_core(rows: np.ndarray, vis: np.ndarray, s: np.float32, ob: int, exact:
     counts = np.zeros((ROW_BLOCKS, _NCOUNT), dtype=np.int64)
     x0 = np.float32(np.floor(-_div_py(1.0, s)))  # -(1/s): reciprocal then * -1
     nx0 = np.float32(np.float32(IVIT_N) * x0)
-    for_size(_ivit_f32_par, rows.size)(rows, vis, s, x0, nx0, IVIT_N, ob, y, counts)
+    cd, xv = codes if codes is not None else (_NO_CODES, np.zeros(0, np.float32))
+    for_size(_ivit_f32_par, rows.size)(rows, cd, xv, vis, s, x0, nx0, IVIT_N, ob, y, counts)
     return counts
 
 
@@ -648,14 +689,17 @@ def _vis_amax(x, vis):
 
 
 @jit(parallel=True)
-def _requantize(x, s_x, qmax):
-    """``x = fl32(clamp(RNE(x / s_x), -qmax, qmax) * s_x)`` (float64 quotient), in place."""
+def _requantize(x, s_x, qmax, codes, coded):
+    """``x = fl32(clamp(RNE(x / s_x), -qmax, qmax) * s_x)`` (float64 quotient), in place; with
+    ``coded`` also ``codes = RNE(x / s_x) + qmax`` (uint8, ``2 qmax + 1 <= 256``)."""
     n, L = x.shape
     for r in prange(n):
         for j in range(L):
             t = np.rint(np.float64(x[r, j]) / s_x)
             t = min(max(t, -qmax), qmax)
             x[r, j] = np.float32(t * s_x)
+            if coded:
+                codes[r, j] = np.uint8(t + qmax)
 
 
 def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, out_bits: int,
@@ -680,13 +724,20 @@ def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, o
 
     fill_logits(prob, qz, fill)
     vis = visibility(prob)
+    kw = {}
     if lb is not None:
         qmax = 2 ** (lb - 1) - 1
         amax = float(for_size(_vis_amax, x.size)(x, vis))
         s_x = np.float32(amax / qmax) if amax > 0 else np.float32(1.0)
-        for_size(_requantize, x.size)(x, np.float64(s_x), float(qmax))
+        coded = core is _ivit_core and not exact and 2 * qmax + 1 <= CODED_MAX and \
+            Lk >= 2 * (2 * qmax + 1)  # a per-value table pays for itself on long rows
+        cd = np.empty(x.shape, np.uint8) if coded else _NO_CODES
+        for_size(_requantize, x.size)(x, np.float64(s_x), float(qmax), cd, coded)
         s_in = s_x
-    counts = core(x, vis, _check_scale(float(s_in)), out_bits, exact, x)  # x now holds y
+        if coded:
+            xvals = ((np.arange(2 * qmax + 1) - qmax) * np.float64(s_x)).astype(np.float32)
+            kw = {"codes": (cd, xvals)}
+    counts = core(x, vis, _check_scale(float(s_in)), out_bits, exact, x, **kw)  # x -> y
     bad = np.isnan(x[:, 0])  # rows the surrogate gave NaN (no visible key): NaN out
     x[bad] = 0.0
     O, _ = exact_attend(x, prob, qz.v8)
