@@ -359,7 +359,7 @@ def _ibert_exp_f32(x, vis, s, x0i, nx0, bi, ci, n, e, rowflag, counts):
             zz = _add(rr, bi)
             zz = _mul(rr, zz)
             zz = _add(zz, ci)
-            ev = _floor(_mul(zz, np.float32(math.ldexp(1.0, int(n - q)))))
+            ev = _floor(_mul(zz, _POW2_F32[int(n - q)]))  # 0 <= n - q <= n
             if ev < 0:
                 ev = np.float32(0.0)
             e[r, j] = ev
