@@ -44,6 +44,8 @@ INT32_MAX = (1 << 31) - 1
 INT8_D_MAX = (1 << 31) // (128 * 128) - 1  # largest d whose int8 dot products cannot wrap int32
 SCALE_DTYPES = ("float32", "float64", "float16")
 ROUND_LIMIT = 127.5  # |x / s| above this is clamped by the codes (counted as saturation)
+ENCODE_PARALLEL_MIN = 1 << 21  # q, k, v elements from which the codes are computed in parallel
+# (below it waking threads costs more than it saves, and far more on a busy machine)
 
 
 def _amax_rows(x2: np.ndarray) -> np.ndarray:
@@ -59,10 +61,17 @@ def _codes(x2: np.ndarray, s64: np.ndarray, qmin: int, what: str = "x") -> np.nd
     N, M = x2.shape
     lay = _integer._Layout((N, M), "per_token", None, None)
     out = np.empty(N * M, dtype=np.uint8)
-    p = {"flat": x2.reshape(-1), "scales": s64, "zps": None, "lay": lay,
-         "mode": int(Rounding.NEAREST_EVEN), "seed": 0, "sr_bits": SR_BITS_DEFAULT,
-         "qmin": qmin, "qmax": INT8_QMAX}
-    nan = _integer._run(p, out, False)
+    flat = x2.reshape(-1)
+    if flat.shape[0] >= ENCODE_PARALLEL_MIN:
+        p = {"flat": flat, "scales": s64, "zps": None, "lay": lay,
+             "mode": int(Rounding.NEAREST_EVEN), "seed": 0, "sr_bits": SR_BITS_DEFAULT,
+             "qmin": qmin, "qmax": INT8_QMAX}
+        nan = _integer._run(p, out, False)
+    else:  # the codec's serial kernel (its _run goes parallel from 2**17 elements)
+        nan = int(_integer._encode_serial(
+            flat, s64.astype(np.float64), np.zeros(s64.shape[0]), out, *lay.args,
+            np.float64(qmin), np.float64(INT8_QMAX), np.int64(int(Rounding.NEAREST_EVEN)),
+            np.uint64(0), np.int64(SR_BITS_DEFAULT)))
     if nan:
         raise ValueError(f"{what}: NaN has no int8 code ({nan} NaN value(s) in x); use "
                          "quantize() to propagate NaN, or remove NaNs first")

@@ -348,7 +348,8 @@ _BLAS: list = []  # [threadpoolctl controller or None], created on first use
 
 def one_blas_thread():
     """A context limiting NumPy's BLAS to one thread while a scheme runs (a no-op without
-    threadpoolctl); :func:`lowprec.attention` enters it around every scheme.
+    threadpoolctl); :func:`lowprec.attention` enters it around a scheme from
+    ``BLAS_ONE_THREAD_MIN`` logits on, ``lp.emulate`` around every call.
 
     The schemes alternate NumPy GEMMs with parallel Numba row kernels.  OpenBLAS worker threads
     busy-wait for a while after each call and then compete with Numba's (and torch's) threads

@@ -55,6 +55,7 @@ from functools import partial
 
 import numpy as np
 
+from ..kernels.problem import one_blas_thread
 from ..stats import sqnr_db
 from .hooks import (
     QuantStats,
@@ -415,9 +416,9 @@ class Emulation:
             lp_mask = combine(mc, tril)
             causal = False
         t0 = time.perf_counter()
-        # (lowprec.attention keeps NumPy's BLAS to one thread: problem.one_blas_thread)
-        out, st = attention(qc, kc, vc, self.scheme, scale=scale, causal=causal,
-                            attn_mask=lp_mask, return_stats=True, **self.options)
+        with one_blas_thread():  # beside torch's threads, always (problem.one_blas_thread)
+            out, st = attention(qc, kc, vc, self.scheme, scale=scale, causal=causal,
+                                attn_mask=lp_mask, return_stats=True, **self.options)
         seconds = time.perf_counter() - t0
         empty = empty_rows(lp_mask, tuple(out.shape[:-2]), Lq, Lk, causal)
         n_empty = 0
