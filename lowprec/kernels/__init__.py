@@ -16,18 +16,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ._check import check_bool
-from .problem import CHUNK_ELEMS, check_options, finish, one_blas_thread, prepare
-
-#: logits from which lp.attention keeps NumPy's BLAS to one thread (below it the GEMMs gain more
-#: from two threads than the row kernels lose: measured at (1, 12, 197, 64))
-BLAS_ONE_THREAD_MIN = CHUNK_ELEMS
+from .problem import check_options, finish, one_blas_thread, prepare
 
 #: the modules that define schemes, one line each (imported on first use of the registry)
 SCHEME_MODULES = (
@@ -166,9 +161,7 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
     check_bool(return_stats, "return_stats")
     prob, as_torch = prepare(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
                              keep_float64=s.float64)
-    # one BLAS thread where the parallel row kernels run (problem.one_blas_thread)
-    big = prob.B * prob.Lq * prob.Lk >= BLAS_ONE_THREAD_MIN
-    with one_blas_thread() if big else nullcontext():
+    with one_blas_thread():  # NumPy's GEMMs beside the parallel row kernels (problem.py)
         out, stats = s.run(prob, return_stats, **options)
     none = prob.no_key_rows()
     if none is not None:  # the one place rows that see no key become NaN (problem.py)

@@ -348,8 +348,8 @@ _BLAS: list = []  # [threadpoolctl controller or None], created on first use
 
 def one_blas_thread():
     """A context limiting NumPy's BLAS to one thread while a scheme runs (a no-op without
-    threadpoolctl); :func:`lowprec.attention` enters it around a scheme from
-    ``BLAS_ONE_THREAD_MIN`` logits on, ``lp.emulate`` around every call.
+    threadpoolctl); :func:`lowprec.attention` enters it around every scheme (and ``lp.emulate``
+    around every call, beside torch's threads).
 
     The schemes alternate NumPy GEMMs with parallel Numba row kernels.  OpenBLAS worker threads
     busy-wait for a while after each call and then compete with Numba's (and torch's) threads
@@ -357,7 +357,9 @@ def one_blas_thread():
     SDPA, ``qflash`` 5.8x -> 3.4x, ``intattention`` 4.4x -> 2.9x; and in ``lp.emulate``,
     MiniLM at 256 tokens under ``intattention`` 6-12x -> about 2x of its float32 forward.  The
     results are the same bits with one thread or several (OpenBLAS splits a GEMM by rows and
-    columns, never along the reduction).
+    columns, never along the reduction).  Two BLAS threads are faster at (1, 12, 197, 64) on
+    an idle machine (the GEMMs are 15-30 % of the time), but on a busy one the GEMM followed by
+    a parallel kernel then took up to 10x longer; one thread is the robust choice.
     """
     if not _BLAS:
         try:
