@@ -6,7 +6,8 @@ Two sections:
   ``default``) at ``(1, 8, 4096, 128)``, causal and not, against
   ``torch.nn.functional.scaled_dot_product_attention`` on the same float32 inputs.
 * **schemes** (issue "Emulated attention II"): every registered attention scheme at
-  ``(1, 12, 197, 64)`` (ViT-B/16 shaped) and ``(1, 8, 2048, 64)``, non-causal, against SDPA.
+  ``(1, 12, 197, 64)`` (ViT-B/16 shaped) and ``(1, 8, 2048, 64)``, non-causal, against SDPA;
+  ``hccs`` also with given parameters (by default it calibrates on every call).
 
 Each callable is called once untimed (Numba compiles or loads its cache; SDPA warms up), then the
 callables of a row group are timed **round-robin** ``--repeat`` rounds with
@@ -38,6 +39,8 @@ SCHEME_SHAPES = ((1, 12, 197, 64), (1, 8, 2048, 64))
 # scheme -> options used in the benchmark (every registered scheme runs with its defaults
 # unless listed here)
 SCHEME_OPTIONS = {"baps": {"config": "e2e_hif8"}}
+HCCS_GIVEN = "hccs (given params)"
+TARGET_SCHEMES = 5.0  # issue 13: every scheme within 5x of SDPA at (1, 8, 2048, 64)
 
 
 def _inputs(shape, seed=0):
@@ -102,6 +105,10 @@ def _bench_shape(torch, lp, shape, names, repeat: int) -> dict:
     for n in names:
         opts = SCHEME_OPTIONS.get(n, {})
         fns[n] = lambda n=n, o=opts: lp.attention(q, k, v, n, **o)
+    if "hccs" in names:  # hccs calibrates per call: also time it with given parameters
+        _, st = lp.attention(q, k, v, "hccs", return_stats=True)
+        params = st.params[0]
+        fns[HCCS_GIVEN] = lambda: lp.attention(q, k, v, "hccs", params=params)
     med = _time_group(fns, repeat)
     sdpa = med["torch SDPA float32"]
     print(f"\n{shape} non-causal   (median s/call, ratio to SDPA, rel. error vs float64)")
@@ -149,6 +156,13 @@ def main(argv=None) -> int:
         res["big"] = bench_big(torch, lp, args.repeat, tuple(args.big_shape))
     if args.section in ("all", "schemes"):
         res["schemes"] = bench_schemes(torch, lp, args.repeat)
+    if "schemes" in res:
+        shape = SCHEME_SHAPES[-1]
+        print(f"\ntargets: every scheme within {TARGET_SCHEMES}x of SDPA at {shape}")
+        for key, r in res["schemes"].items():
+            if key.endswith(str(shape)) and not key.startswith("torch"):
+                print(f"  {key:<48} {r['ratio']:6.2f}x "
+                      f"{'PASS' if r['ratio'] <= TARGET_SCHEMES else 'MISS'}")
     if "big" in res:
         print("\ntargets")
         for causal in (False, True):

@@ -103,6 +103,47 @@ def _fail(cmd: str, e: BaseException) -> int:
     return 2
 
 
+def check_output_dir(path: str) -> None:
+    """Create the output folder ``path`` (with its parents) and check that a file can be
+    written in it; ValueError naming the problem otherwise.  Called before any work, so a bad
+    ``--out`` fails at once, not after minutes of computing.  (A real write is the only
+    reliable test: permission bits say nothing about ``/proc`` or a read-only mount, or when
+    running as root.)"""
+    import os
+    import tempfile
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"--out {path!r} exists and is not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise ValueError(f"--out {path!r} is not a writable folder ({e.strerror})") from None
+
+
+def check_output_file(path: str, what: str) -> None:
+    """Check that the file ``path`` can be written (an existing file is kept as it is until
+    the results are written); ValueError naming the problem otherwise."""
+    import os
+
+    if os.path.isdir(path):
+        raise ValueError(f"{what} {path!r} is a folder, not a file")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        raise ValueError(f"{what} {path!r} cannot be written ({e.strerror})") from None
+    if not existed:
+        os.remove(path)
+
+
+def _check_schemes_arg(value: str | None) -> None:
+    if value is not None and not [s for s in value.split(",") if s.strip()]:
+        raise ValueError(f"--schemes {value!r} names no scheme (see --list-schemes)")
+
+
 def _cmd_study(args) -> int:
     from .studies import main as study
 
@@ -111,9 +152,13 @@ def _cmd_study(args) -> int:
             extra = ", ".join(f"{k}={v}" for k, v in opts.items())
             print(f"{label:<24} scheme {scheme!r}{' (' + extra + ')' if extra else ''}")
         return 0
-    try:
+    try:  # fail early, before any work
+        if args.seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {args.seed}")
+        _check_schemes_arg(args.schemes)
+        check_output_dir(args.out)
         selected = study.scheme_runs(args.schemes) if args.schemes else None
-        study.resolve_models(args.model, quick=args.quick)  # fail early, before any work
+        study.resolve_models(args.model, quick=args.quick)
     except (ValueError, ImportError) as e:
         return _fail("study", e)
     study.run_study(args.model, list(selected) if selected else None, quick=args.quick,
@@ -129,6 +174,16 @@ def _cmd_bench(args) -> int:
         return _fail("bench", ValueError(f"--repeat must be >= 1, got {args.repeat}"))
     if args.n is not None and args.n < 1:
         return _fail("bench", ValueError(f"--n must be >= 1, got {args.n}"))
+    try:  # fail early, before minutes of timing
+        _check_schemes_arg(args.schemes)
+        if args.json:
+            check_output_file(args.json, "--json")
+        if args.schemes and args.section in ("all", "attention"):
+            from .studies.main import scheme_runs
+
+            scheme_runs(args.schemes)
+    except ValueError as e:
+        return _fail("bench", e)
     bench.set_omp_wait_policy()  # before torch is imported
     progress = not args.no_progress
     res = {}

@@ -6,18 +6,50 @@ One small dataclass per scheme family, mergeable across calls (``a + b``), expor
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 
 class Stats:
-    """Base: ``a + b`` merges two statistics of the same class, ``sum([...], Empty())`` works
-    (``0 + s`` is ``s``), ``to_dict()`` gives plain Python numbers and lists."""
+    """Base of every statistics dataclass: counters are declared once, as fields.
+
+    * ``a + b`` (:meth:`merge`) merges two statistics of the same class field by field: numbers
+      add, per-call lists concatenate, None is the empty value; ``sum([...])`` works (``0 + s``
+      is ``s``).
+    * ``_totals`` names list fields of per-call ``(B,)`` arrays (or tuples); each gets a
+      ``total_<name>`` property, the sum over everything recorded.
+    * ``to_dict()`` gives the fields, then the totals, then the ``_derived`` properties, as
+      plain Python numbers and lists (:func:`to_jsonable` with ``strict=False``).
+    * :meth:`from_columns` builds one call's statistics from a kernel's counter array.
+    """
+
+    _totals: tuple = ()
+    _derived: tuple = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in cls.__dict__.get("_totals", ()):
+            setattr(cls, f"total_{name}", property(
+                lambda self, n=name: self._total(n),
+                doc=f"``{name}`` summed over everything recorded."))
+
+    def _total(self, name: str) -> int:
+        return int(sum(int(np.sum(a)) for a in getattr(self, name)))
+
+    @classmethod
+    def from_columns(cls, counts: np.ndarray, names: tuple, **fields):
+        """One call's statistics: column ``i`` of the int64 ``(B, len(names))`` array
+        ``counts`` becomes the per-entry array of field ``names[i]``; ``fields`` sets the rest
+        (``calls`` defaults to 1)."""
+        kw = {n: [np.ascontiguousarray(counts[:, i])] for i, n in enumerate(names)}
+        kw.setdefault("calls", 1)
+        kw.update(fields)
+        return cls(**kw)
 
     def merge(self, other: Stats) -> Stats:
-        """Field-wise sum: counts add, per-call lists concatenate (every field of a statistics
-        dataclass is an int or a list)."""
+        """Field-wise sum: numbers add, per-call lists concatenate, None is empty."""
         return type(self)(**{f.name: _add(getattr(self, f.name), getattr(other, f.name))
                              for f in fields(self)})
 
@@ -31,30 +63,82 @@ class Stats:
     __radd__ = __add__
 
     def to_dict(self) -> dict:
-        out = {}
-        for f in fields(self):
-            out[f.name] = _plain(getattr(self, f.name))
-        for name in getattr(self, "_derived", ()):
-            out[name] = _plain(getattr(self, name))
+        """The fields, totals and derived values as plain Python numbers and lists."""
+        out = {f.name: to_jsonable(getattr(self, f.name), strict=False) for f in fields(self)}
+        for name in tuple(f"total_{n}" for n in self._totals) + tuple(self._derived):
+            out[name] = to_jsonable(getattr(self, name), strict=False)
         return out
 
 
 def _add(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
     if isinstance(a, list) or isinstance(b, list):
         return list(a) + list(b)
     return a + b
 
 
-def _plain(v):
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        return float(v)
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
+def to_jsonable(obj, *, strict: bool = True):
+    """``obj`` with NumPy scalars and arrays turned into Python numbers and lists: the one JSON
+    converter of lowprec (statistics, ``lp.emulate`` reports, study reports).
+
+    ``strict=True`` (JSON files): non-finite floats become None, tuples lists, dict keys
+    strings, objects with ``to_dict()`` their dict and anything else its ``str``.
+    ``strict=False`` (``Stats.to_dict``): numbers, arrays and lists converted, everything else
+    (NaN, tuples, dicts, strings) kept as it is.
+
+    Example:
+        >>> to_jsonable({"a": np.float32(1.5), 2: [np.inf]})
+        {'a': 1.5, '2': [None]}
+    """
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist(), strict=strict)
+    if isinstance(obj, list) or (strict and isinstance(obj, tuple)):
+        return [to_jsonable(v, strict=strict) for v in obj]
+    if isinstance(obj, (np.bool_, bool)):
+        return bool(obj) if strict or isinstance(obj, bool) else obj
+    if isinstance(obj, (np.integer, int)):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if not strict or math.isfinite(f) else None
+    if not strict or obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if hasattr(obj, "to_dict"):
+        return to_jsonable(obj.to_dict())
+    return str(obj)
+
+
+def sqnr_db(signal: float, noise: float) -> float:
+    """Signal-to-quantization-noise ratio ``10 log10(signal / noise)`` in dB from the two
+    energies (sums of squares): the one SQNR of lowprec.  ``inf`` when ``noise == 0``,
+    ``-inf`` when ``signal == 0 < noise``, NaN when either is NaN.
+
+    Example:
+        >>> sqnr_db(100.0, 1.0)
+        20.0
+    """
+    if math.isnan(signal) or math.isnan(noise):
+        return math.nan
+    if noise == 0:
+        return math.inf
+    if signal == 0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def sqnr(out, ref) -> float:
+    """:func:`sqnr_db` of ``out`` against ``ref`` (float64 sums over all elements; a
+    non-finite output element counts as infinite noise)."""
+    o = np.asarray(out, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(np.isfinite(o), o - r, np.inf)
+        return sqnr_db(float(np.sum(r * r)), float(np.sum(err * err)))
 
 
 @dataclass
@@ -82,18 +166,8 @@ class BapsStats(Stats):
     flags: list = field(default_factory=list)
     calls: int = 0
 
-    _derived = ("total_tiles", "total_restarts", "restart_rate", "peak_restart_rate")
-
-
-    @property
-    def total_tiles(self) -> int:
-        """Non-critical tiles over everything recorded."""
-        return int(sum(int(t.sum()) for t in self.tiles))
-
-    @property
-    def total_restarts(self) -> int:
-        """Restarted tiles over everything recorded."""
-        return int(sum(int(r.sum()) for r in self.restarts))
+    _totals = ("tiles", "restarts")  # non-critical / restarted tiles over everything recorded
+    _derived = ("restart_rate", "peak_restart_rate")
 
     @property
     def restart_rate(self) -> float:
@@ -126,24 +200,95 @@ class BapsStats(Stats):
         return d
 
 
-# The integer schemes define their statistics next to their kernels (one module per paper);
-# they are re-exported here lazily (the kernels import this module, so no import cycle).
-_SCHEME_STATS = {
-    "IntAttentionStats": "intattention",
-    "QFlashStats": "qflash",
-    "HccsStats": "hccs",
-    "IntFlashStats": "intflash",
-    "BaselineStats": "baselines",
-}
+@dataclass
+class IntAttentionStats(Stats):
+    """Statistics of the IntAttention family (specs/attention.md sections 3 and 8).
+
+    Totals are summed over calls; the ``c_int`` and ``head_*`` lists hold one entry per call.
+    ``intattention`` and :func:`~lowprec.kernels.intattention.index_softmax` fill every field
+    but ``exaq_clip``; ``quant_only`` fills ``calls``, ``rows``, ``empty_rows``, ``quantized``,
+    ``saturated``; ``index_softmax_only`` fills ``calls``, ``rows``, ``empty_rows``; ``exaq``
+    (:mod:`lowprec.kernels.exaq`, compared with them in the IntAttention paper) also ``logits``
+    and ``exaq_clip``.  Shared by those schemes, so it lives here like :class:`BapsStats`.
+
+    Attributes:
+        calls: number of calls merged (core or attention calls).
+        rows: softmax rows processed.
+        empty_rows: rows without a visible key (NaN output rows of the pipelines).
+        logits: visible logits processed.
+        clipped: visible logits with ``rowmax - S >= c_int`` (eq. 9 saturates them; the LUT gives
+            them its last entry, 0): the sparsity of the clipping.
+        zero_exp: visible logits whose LUT value is 0 (``clipped`` plus small-table zeros).
+        quantized: q, k, v elements quantised to int8 by the pipelines.
+        saturated: of those, elements with ``|x / s| > 127.5`` (clamped to +-127; always 0 with
+            data-derived scales, kept so every scheme reports it).
+        mask_saturated: logits whose sum with the mask bias saturated to ``+-(2**30 - 1)``.
+        uint16_wraps: ``deploy=True``: rows whose row sum exceeded 65535 (it wrapped).
+        reciprocal_overflows: ``deploy=True``: rows whose wrapped sum was below 255, so the 8-bit
+            reciprocal ``ns`` did not fit (see the module docstring).
+        diff_overflows: logits whose ``rowmax - S`` exceeded int32 (core on wide-range input;
+            computed exactly here, an int32 kernel would wrap).
+        c_int: per call, int64 array ``(B, groups)`` of the thresholds used (``T`` in deploy
+            mode; groups: 1, or query blocks with ``per_block``); core calls record theirs
+            per row group as given (broadcast shape).
+        head_logits, head_clipped, head_wraps: per call, int64 ``(B,)`` per (batch, head)
+            entry (leading dims flattened; the core flattens all leading dims into one entry).
+        exaq_clip: per ``exaq`` call, ``[sigma, C, lo]``: the population std of the max-centred
+            scores, EXAQ's ``C = a sigma + b`` and the lower clip ``max(C, min)``.
+    """
+
+    calls: int = 0
+    rows: int = 0
+    empty_rows: int = 0
+    logits: int = 0
+    clipped: int = 0
+    zero_exp: int = 0
+    quantized: int = 0
+    saturated: int = 0
+    mask_saturated: int = 0
+    uint16_wraps: int = 0
+    reciprocal_overflows: int = 0
+    diff_overflows: int = 0
+    c_int: list = field(default_factory=list)
+    head_logits: list = field(default_factory=list)
+    head_clipped: list = field(default_factory=list)
+    head_wraps: list = field(default_factory=list)
+    exaq_clip: list = field(default_factory=list)
+
+    _derived = ("clip_rate", "zero_rate", "saturation_rate", "wrap_rate")
+
+    @property
+    def clip_rate(self) -> float:
+        """``clipped / logits`` (0.0 when nothing was recorded)."""
+        return self.clipped / self.logits if self.logits else 0.0
+
+    @property
+    def zero_rate(self) -> float:
+        """``zero_exp / logits``: the share of visible logits that contribute nothing."""
+        return self.zero_exp / self.logits if self.logits else 0.0
+
+    @property
+    def saturation_rate(self) -> float:
+        """``saturated / quantized`` (0.0 when nothing was quantised)."""
+        return self.saturated / self.quantized if self.quantized else 0.0
+
+    @property
+    def wrap_rate(self) -> float:
+        """``uint16_wraps / rows`` (deploy mode; 0.0 otherwise)."""
+        return self.uint16_wraps / self.rows if self.rows else 0.0
 
 
 def __getattr__(name: str):
-    mod = _SCHEME_STATS.get(name)
-    if mod is None:
+    # the schemes' statistics classes, named on their Scheme records (lowprec.kernels), are
+    # re-exported here lazily (the kernels import this module, so no import cycle)
+    if name.startswith("__"):  # e.g. the import system's __path__ probe
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
+    from .kernels import stats_classes
 
-    return getattr(importlib.import_module(f"lowprec.kernels.{mod}"), name)
+    cls = stats_classes().get(name)
+    if cls is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return cls
 
 
-__all__ = ["Stats", "BapsStats", *_SCHEME_STATS]
+__all__ = ["Stats", "BapsStats", "IntAttentionStats", "to_jsonable", "sqnr_db", "sqnr"]

@@ -1,6 +1,6 @@
 """Attention front end, ``reference`` and ``flash`` (specs/attention.md sections 0, 1 and 8).
 
-Checked against the slow twins of ``tests/attention_reference.py`` (bitwise for ``flash``), the
+Checked against the slow twins of ``tests/naive/attention.py`` (bitwise for ``flash``), the
 float64 row-by-row oracle there, and torch's own lower-right causal mask and SDPA as peers.
 """
 
@@ -8,34 +8,18 @@ from __future__ import annotations
 
 import math
 
-import attention_reference as AR
 import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from conftest import rand_qkv, same_bits
+from naive import attention as AR
 from torch.nn.attention.bias import causal_lower_right
 
 import lowprec as lp
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLASH_TOL = 1e-5  # specs/attention.md 1: flash agrees with reference to float32 accuracy
-
-
-def rand_qkv(B, Lq, Lk, d, dv, seed=0, amp=1.0, dtype=np.float32):
-    rng = np.random.default_rng(seed)
-    q = (rng.standard_normal((B, Lq, d)) * amp).astype(dtype)
-    k = (rng.standard_normal((B, Lk, d)) * amp).astype(dtype)
-    v = rng.standard_normal((B, Lk, dv)).astype(dtype)
-    return q, k, v
-
-
-def bits(a) -> np.ndarray:
-    a = np.ascontiguousarray(a)
-    return a.view({4: np.uint32, 8: np.uint64, 2: np.uint16}[a.dtype.itemsize])
-
-
-def same_bits(a, b) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(bits(a), bits(b))
 
 
 def torch_to_np(t: torch.Tensor) -> np.ndarray:

@@ -1,6 +1,6 @@
 """BAPS (specs/attention.md section 2; seed baps.txt sections 3-4 and appendix A.1).
 
-* the Numba engine equals the slow twin of ``tests/attention_reference.py`` bit for bit, with the
+* the Numba engine equals the slow twin of ``tests/naive/attention.py`` bit for bit, with the
   same per-tile flags and restarted-row counts, for every configuration and option;
 * properties of ``e2e_hif8`` (hypothesis): exact power-of-two rescaling, restart counts that
   never grow with tau, no restart when the critical tile holds every row maximum;
@@ -15,14 +15,15 @@ import json
 import math
 from itertools import pairwise
 
-import attention_reference as AR
+import conftest
 import en_dtypes
 import ml_dtypes
 import numpy as np
 import pytest
-import reference as R
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from naive import attention as AR
+from naive import formats as R
 
 import lowprec as lp
 from lowprec.kernels.baps import exp2_in_format, exp2_table, restart_threshold
@@ -35,16 +36,11 @@ EXP2_PAIRS = [("hif8", "hif8"), ("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e4m3", "e5
 
 
 def rand_qkv(B, Lq, Lk, d, dv, seed=0, amp=2.0):
-    rng = np.random.default_rng(seed)
-    q = (rng.standard_normal((B, Lq, d)) * amp).astype(np.float32)
-    k = (rng.standard_normal((B, Lk, d)) * amp).astype(np.float32)
-    v = rng.standard_normal((B, Lk, dv)).astype(np.float32)
-    return q, k, v
+    return conftest.rand_qkv(B, Lq, Lk, d, dv, seed, amp)
 
 
 def same_bits(a, b) -> bool:
-    return a.shape == b.shape and np.array_equal(np.ascontiguousarray(a).view(np.uint32),
-                                                 np.ascontiguousarray(b).view(np.uint32))
+    return conftest.same_bits(a, b, dtype=False)
 
 
 def run_both(q, k, v, **kw):

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from ref_baselines import ibert_ref, ivit_ref
+from naive.baselines import ibert_ref, ivit_ref
 
 import lowprec as lp
 from lowprec.kernels.baselines import BaselineStats, ibert_softmax, ivit_shiftmax

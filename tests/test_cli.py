@@ -60,6 +60,33 @@ def test_unknown_scheme_is_a_clear_error(capsys):
     assert "'bogus'" in err and "baps/e2e_hif8" in err and "qflash" in err
 
 
+@pytest.mark.parametrize("argv, needle", [
+    (["study", "--out", "/proc/lowprec-x"], "--out"),
+    (["study", "--seed", "-5"], "--seed"),
+    (["study", "--schemes", ""], "--schemes"),
+    (["study", "--schemes", " , "], "--schemes"),
+    (["bench", "--json", "/proc/lowprec-x.json"], "--json"),
+    (["bench", "--schemes", ""], "--schemes"),
+    (["bench", "--section", "attention", "--schemes", "flash,bogus"], "'bogus'"),
+])
+def test_bad_arguments_fail_at_once_with_one_line(argv, needle, capsys):
+    """Paths and arguments are checked before any work: exit status 2, one line on stderr
+    (issue 12, item 10)."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+def test_out_that_is_a_file_or_json_that_is_a_folder(tmp_path, capsys):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    assert main(["study", "--out", str(f)]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    assert main(["bench", "--json", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert f.read_text() == "x"  # nothing was overwritten
+
+
 def test_bench_rejects_bad_repeat(capsys):
     assert main(["bench", "--repeat", "0"]) == 2
     assert "--repeat" in capsys.readouterr().err

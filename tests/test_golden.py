@@ -16,7 +16,7 @@ import en_dtypes
 import ml_dtypes
 import numpy as np
 import pytest
-import reference as R
+from naive import formats as R
 
 import lowprec as lp
 from lowprec.formats.hif8 import HIF8_SPEC

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from ref_hccs import hccs_ref, mean_kl_ref, quantize_logits_ref, softmax64
+from naive.hccs import hccs_ref, mean_kl_ref, quantize_logits_ref, softmax64
 
 import lowprec as lp
 from lowprec.kernels import hccs

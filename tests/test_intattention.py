@@ -1,5 +1,5 @@
 """IntAttention family (specs/attention.md section 3): the integer core bit-exact against the slow
-reference ``tests/ref_intattention.py``, the float pipelines against that reference and against
+reference ``tests/naive/intattention.py``, the float pipelines against that reference and against
 float64 attention, the baselines, errors and statistics."""
 
 from __future__ import annotations
@@ -9,18 +9,14 @@ import math
 
 import numpy as np
 import pytest
-import ref_intattention as ref
+from conftest import normal_qkv, rel_err, structured_qkv
+from naive import intattention as ref
 
 import lowprec as lp
 from lowprec.kernels import intattention as ia
 
 SPEC_LUT = [255, 206, 167, 135, 109, 88, 71, 57, 46, 38, 30, 25, 20, 16, 13, 10, 8, 7, 6, 4, 4,
             3, 2, 2, 2, 1, 1, 1, 1, 1, 0, 0]  # attention.md 3, b = 5, c = 6.6
-
-
-def rel_err(out, want):
-    out = np.asarray(out, dtype=np.float64)
-    return float(np.linalg.norm(out - want) / np.linalg.norm(want))
 
 
 def rand_logits(rng, shape, spread):
@@ -260,14 +256,6 @@ def test_core_errors():
 # The intattention pipeline: bit-exact against the reference pipeline
 
 
-def _inputs(rng, B, Lq, Lk, d, dv=None, amp=1.0):
-    dv = d if dv is None else dv
-    q = (rng.standard_normal((B, Lq, d)) * amp).astype(np.float32)
-    k = (rng.standard_normal((B, Lk, d)) * amp).astype(np.float32)
-    v = rng.standard_normal((B, Lk, dv)).astype(np.float32)
-    return q, k, v
-
-
 PIPE_CASES = [
     dict(B=2, Lq=5, Lk=7, d=8),
     dict(B=1, Lq=1, Lk=1, d=4),
@@ -296,7 +284,7 @@ def test_pipeline_bitexact_vs_reference(case):
     case = dict(case)
     rng = np.random.default_rng(len(str(case)))
     B, Lq, Lk, d = (case.pop(n) for n in ("B", "Lq", "Lk", "d"))
-    q, k, v = _inputs(rng, B, Lq, Lk, d)
+    q, k, v = normal_qkv(rng, B, Lq, Lk, d)
     mask = None
     if case.pop("mask", False):
         mask = (rng.standard_normal((B, Lq, Lk)) * 2).astype(np.float32)
@@ -322,7 +310,7 @@ def test_pipeline_bitexact_vs_reference(case):
 
 def test_pipeline_thresholds_recorded():
     rng = np.random.default_rng(11)
-    q, k, v = _inputs(rng, 3, 10, 12, 16)
+    q, k, v = normal_qkv(rng, 3, 10, 12, 16)
     _, st = lp.attention(q, k, v, "intattention", return_stats=True, granularity="per_block",
                          block=4)
     sq = np.array([[ref.int8_scale(q[b, i:i + 4].reshape(-1)) for i in range(0, 10, 4)]
@@ -337,40 +325,29 @@ def test_pipeline_thresholds_recorded():
 # Accuracy against float64 attention (documented bounds)
 
 
-def _structured(rng, B, L, d, spread=3.0):
-    """Peaky attention: score std about ``spread`` plus an attention sink at key 0."""
-    q = rng.standard_normal((B, L, d))
-    k = rng.standard_normal((B, L, d))
-    k[:, 0] += 2.0 * q.mean(axis=1)  # sink
-    q *= math.sqrt(spread)
-    k *= math.sqrt(spread)
-    v = rng.standard_normal((B, L, d))
-    return q.astype(np.float32), k.astype(np.float32), v.astype(np.float32)
-
-
 # measured on these seeds (relative L2 error vs float64, random causal / structured):
-# intattention 0.074 / 0.057, quant_only 0.071 / 0.038, index_softmax_only 0.062 / 0.049,
-# exaq (3 bits) 0.109 / 0.130; the bounds leave about 40 % margin
+# intattention 0.074 / 0.057, quant_only 0.071 / 0.038, index_softmax_only 0.062 / 0.049
+# (exaq: tests/test_exaq.py); the bounds leave about 40 % margin
 BOUNDS = {"intattention": (0.10, 0.08), "quant_only": (0.10, 0.055),
-          "index_softmax_only": (0.09, 0.07), "exaq": (0.15, 0.18)}
+          "index_softmax_only": (0.09, 0.07)}
 
 
 @pytest.mark.parametrize("scheme", list(BOUNDS))
 def test_error_bound_vs_float64(scheme):
     rng = np.random.default_rng(21)
-    q, k, v = _inputs(rng, 4, 128, 128, 64)
+    q, k, v = normal_qkv(rng, 4, 128, 128, 64)
     want = lp.attention(q, k, v, "reference", causal=True).astype(np.float64)
     got = lp.attention(q, k, v, scheme, causal=True)
     b_rand, b_struct = BOUNDS[scheme]
     assert rel_err(got, want) < b_rand
-    qs, ks, vs = _structured(rng, 4, 128, 64)
+    qs, ks, vs = structured_qkv(rng, 4, 128, 64)
     want = lp.attention(qs, ks, vs, "reference").astype(np.float64)
     assert rel_err(lp.attention(qs, ks, vs, scheme), want) < b_struct
 
 
 def test_uint8_p_beats_int8_p():  # Table 9
     rng = np.random.default_rng(22)
-    for q, k, v in (_inputs(rng, 4, 128, 128, 64), _structured(rng, 4, 128, 64)):
+    for q, k, v in (normal_qkv(rng, 4, 128, 128, 64), structured_qkv(rng, 4, 128, 64)):
         want = lp.attention(q, k, v, "reference").astype(np.float64)
         e_u = rel_err(lp.attention(q, k, v, "intattention", p_format="uint8"), want)
         e_i = rel_err(lp.attention(q, k, v, "intattention", p_format="int8"), want)
@@ -379,7 +356,7 @@ def test_uint8_p_beats_int8_p():  # Table 9
 
 def test_per_block_helps_outlier_rows():
     rng = np.random.default_rng(23)
-    q, k, v = _inputs(rng, 2, 256, 256, 64)
+    q, k, v = normal_qkv(rng, 2, 256, 256, 64)
     q[:, :8] *= 30.0  # a few outlier query tokens inflate the per-tensor q scale
     want = lp.attention(q, k, v, "reference").astype(np.float64)
     e_t = rel_err(lp.attention(q, k, v, "intattention"), want)
@@ -390,7 +367,7 @@ def test_per_block_helps_outlier_rows():
 
 def test_long_flat_rows_underflow_and_deploy_wraps():
     rng = np.random.default_rng(24)
-    q, k, v = _inputs(rng, 1, 16, 1024, 64, amp=0.3)  # flat attention over 1024 keys
+    q, k, v = normal_qkv(rng, 1, 16, 1024, 64, amp=0.3)  # flat attention over 1024 keys
     want = lp.attention(q, k, v, "reference").astype(np.float64)
     # simulation: every probability is about 1/1024 < 0.5/255, so every P rounds to 0 and the
     # output is 0 (relative error 1): the 8-bit P cannot carry flat rows longer than ~510 keys
@@ -408,7 +385,7 @@ def test_long_flat_rows_underflow_and_deploy_wraps():
 
 def test_pipeline_errors():
     rng = np.random.default_rng(31)
-    q, k, v = _inputs(rng, 1, 4, 4, 8)
+    q, k, v = normal_qkv(rng, 1, 4, 4, 8)
     with pytest.raises(ValueError, match="does not fit int32"):
         lp.attention(q * 1e-20, k * 1e-20, v, "intattention")
     with pytest.raises(ValueError, match="< 1"):
@@ -429,8 +406,6 @@ def test_pipeline_errors():
         lp.attention(q, k, v, "intattention", tau=1)
     with pytest.raises(ValueError, match="scale > 0"):
         lp.attention(q, k, v, "intattention", scale=-1.0)
-    with pytest.raises(ValueError, match="exaq bits"):
-        lp.attention(q, k, v, "exaq", bits=5)
     with pytest.raises(TypeError, match="deploy"):
         lp.attention(q, k, v, "intattention", deploy=1)
 
@@ -438,7 +413,7 @@ def test_pipeline_errors():
 def test_pipeline_torch_and_dtypes():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(32)
-    q, k, v = _inputs(rng, 2, 6, 6, 8)
+    q, k, v = normal_qkv(rng, 2, 6, 6, 8)
     want = lp.attention(q, k, v, "intattention")
     got = lp.attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v),
                        "intattention")
@@ -484,7 +459,7 @@ def test_index_softmax_float_bitexact():
 
 def test_index_softmax_only_matches_composition():
     rng = np.random.default_rng(42)
-    q, k, v = _inputs(rng, 2, 9, 11, 8)
+    q, k, v = normal_qkv(rng, 2, 9, 11, 8)
     got = lp.attention(q, k, v, "index_softmax_only", causal=True)
     s = (np.einsum("bqd,bkd->bqk", q.astype(np.float64), k.astype(np.float64)) /
          math.sqrt(8)).astype(np.float32)
@@ -524,7 +499,7 @@ def _quant_only_ref(q, k, v, causal):
 
 def test_quant_only_matches_reference():
     rng = np.random.default_rng(43)
-    q, k, v = _inputs(rng, 2, 6, 9, 8)
+    q, k, v = normal_qkv(rng, 2, 6, 9, 8)
     got, st = lp.attention(q, k, v, "quant_only", causal=True, return_stats=True)
     np.testing.assert_allclose(got, _quant_only_ref(q, k, v, True), rtol=1e-6, atol=1e-7)
     assert st.quantized == q.size + k.size + v.size
@@ -532,34 +507,10 @@ def test_quant_only_matches_reference():
     assert np.isfinite(out).all()
 
 
-@pytest.mark.parametrize("bits", [2, 3, 4])
-def test_exaq_softmax_matches_reference(bits):
-    rng = np.random.default_rng(44 + bits)
-    x = (rng.standard_normal((16, 50)) * 2).astype(np.float32)
-    got = ia.exaq_softmax(x, bits=bits)
-    np.testing.assert_allclose(got, ref.exaq_probs(x, bits), rtol=2e-6, atol=1e-9)
-    # at most 2**bits distinct probabilities per row
-    assert all(len(np.unique(r)) <= 2**bits for r in got)
-    np.testing.assert_array_equal(lp.softmax(x, "exaq", bits=bits), got)
-
-
-def test_exaq_error_falls_with_bits():
-    rng = np.random.default_rng(45)
-    q, k, v = _structured(rng, 2, 128, 64)
-    want = lp.attention(q, k, v, "reference").astype(np.float64)
-    errs = []
-    for b in (2, 3, 4):
-        out, st = lp.attention(q, k, v, "exaq", bits=b, return_stats=True)
-        errs.append(rel_err(out, want))
-        sigma, C, lo = st.exaq_clip[0]
-        assert C == pytest.approx(ia.EXAQ_AB[b][0] * sigma + ia.EXAQ_AB[b][1]) and lo >= C
-    assert errs[0] > errs[1] > errs[2]
-
-
-@pytest.mark.parametrize("scheme", ["quant_only", "index_softmax_only", "exaq"])
+@pytest.mark.parametrize("scheme", ["quant_only", "index_softmax_only"])
 def test_baselines_masks(scheme):
     rng = np.random.default_rng(46)
-    q, k, v = _inputs(rng, 2, 6, 4, 8)
+    q, k, v = normal_qkv(rng, 2, 6, 4, 8)
     out = lp.attention(q, k, v, scheme, causal=True)  # Lq > Lk: first two rows see no key
     assert np.isnan(out[:, :2]).all() and np.isfinite(out[:, 2:]).all()
     m = np.ones((2, 6, 4), dtype=bool)
@@ -570,10 +521,10 @@ def test_baselines_masks(scheme):
 
 
 def test_registered_and_stats_merge():
-    assert {"intattention", "quant_only", "index_softmax_only", "exaq"} <= set(lp.schemes())
-    assert {"index_softmax", "exaq"} <= set(lp.schemes("softmax"))
+    assert {"intattention", "quant_only", "index_softmax_only"} <= set(lp.schemes())
+    assert {"index_softmax"} <= set(lp.schemes("softmax"))
     rng = np.random.default_rng(51)
-    q, k, v = _inputs(rng, 2, 8, 8, 8)
+    q, k, v = normal_qkv(rng, 2, 8, 8, 8)
     _, a = lp.attention(q, k, v, "intattention", return_stats=True)
     _, b = lp.attention(q, k, v, "intattention", causal=True, return_stats=True)
     m = a + b

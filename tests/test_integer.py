@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 
-import int_reference as R
 import ml_dtypes
 import numba
 import numpy as np
 import pytest
+from naive import integer as R
 
 import lowprec as lp
 from lowprec.formats import integer

@@ -11,15 +11,11 @@ import math
 
 import numpy as np
 import pytest
-import ref_intflash as ref
+from conftest import sqnr_db
+from naive import intflash as ref
 
 import lowprec as lp
 from lowprec.kernels import intflash as F
-
-
-def sqnr(out, ref_out):
-    out = np.asarray(out, np.float64)
-    return 10 * math.log10((ref_out**2).sum() / ((out - ref_out) ** 2).sum())
 
 
 def _inputs(rng, lead, Lq, Lk, d, dv, half=False, amp=1.0):
@@ -217,7 +213,7 @@ def test_pipeline_accuracy_u4(variant, bound):
     ref_out = lp.attention(*(x.astype(np.float32) for x in (q, k, v)), "reference")
     out, st = lp.attention(q, k, v, "intflash", variant=variant, return_stats=True)
     assert out.dtype == np.float16
-    assert sqnr(out, ref_out) >= bound
+    assert sqnr_db(out, ref_out) >= bound
     assert st.total_saturated == 0 and st.total_fp16_overflows == 0
 
 
@@ -241,7 +237,7 @@ def test_pipeline_causal_is_correct():
     q, k, v = (rng.uniform(-2, 2, (1, 2, 70, 32)).astype(np.float32) for _ in range(3))
     out = lp.attention(q, k, v, "intflash", causal=True, block_q=16, block_k=16)
     ref_out = lp.attention(q, k, v, "reference", causal=True)
-    assert sqnr(out, ref_out) > 33
+    assert sqnr_db(out, ref_out) > 33
     vis = np.tril(np.ones((70, 70), bool))
     np.testing.assert_array_equal(
         lp.attention(q, k, v, "intflash", attn_mask=vis, block_q=16, block_k=16), out)

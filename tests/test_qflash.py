@@ -11,15 +11,11 @@ import math
 
 import numpy as np
 import pytest
-import ref_qflash as ref
+from conftest import sqnr_db
+from naive import qflash as ref
 
 import lowprec as lp
 from lowprec.kernels import qflash as Q
-
-
-def sqnr(out, ref_out):
-    out = np.asarray(out, np.float64)
-    return 10 * math.log10((ref_out**2).sum() / ((out - ref_out) ** 2).sum())
 
 
 def u4(rng, shape):
@@ -282,7 +278,7 @@ def test_pipeline_accuracy_u4():
     ref_out = lp.attention(*(x.astype(np.float32) for x in (q, k, v)), "reference")
     out, st = lp.attention(q, k, v, "qflash", return_stats=True)
     assert out.dtype == np.float16 and out.shape == (2, 3, 197, 64)
-    assert sqnr(out, ref_out) >= 29.0
+    assert sqnr_db(out, ref_out) >= 29.0
     assert not any(st.hazards.values())
     assert st.constants[0]["exp_M"] == -12  # amplitude 4, d = 64
 
@@ -317,7 +313,7 @@ def test_pipeline_causal_mask_and_nan_rows():
     addm = np.where(vis, rng.uniform(-2, 0, vis.shape), -np.inf).astype(np.float32)
     ref_out = lp.attention(q, k, v, "reference", attn_mask=addm)
     got = lp.attention(q, k, v, "qflash", attn_mask=addm)
-    assert sqnr(got[:, 5:], ref_out[:, 5:]) > 25
+    assert sqnr_db(got[:, 5:], ref_out[:, 5:]) > 25
 
 
 def test_pipeline_hazards_small_amplitude_and_raise():
@@ -326,7 +322,7 @@ def test_pipeline_hazards_small_amplitude_and_raise():
     out, st = lp.attention(q, k, v, "qflash", return_stats=True)
     assert st.exp_M_zero == 1  # s < 2**-17
     ref_out = lp.attention(q, k, v, "reference")
-    assert sqnr(out, ref_out) < 10  # collapse
+    assert sqnr_db(out, ref_out) < 10  # collapse
     with pytest.raises(Q.QFlashHazardError, match="exp_M"):
         lp.attention(q, k, v, "qflash", on_hazard="raise")
     # large amplitude: m_init - m_new times exp_M overflows int32

@@ -16,6 +16,7 @@ import math
 import numba
 import numpy as np
 import pytest
+from conftest import same_bits as _same_bits
 
 import lowprec as lp
 
@@ -99,9 +100,7 @@ def random_in_range(fmt: str, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def same_bits(a, b) -> bool:
-    a = np.asarray(a, np.float32)
-    b = np.asarray(b, np.float32)
-    return bool(np.array_equal(a.view(np.uint32), b.view(np.uint32)))
+    return _same_bits(a, b, dtype=False)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,9 +1,22 @@
-"""Scalar bit casts for Numba kernels (LLVM ``bitcast``; free at run time)."""
+"""Scalar bit casts for Numba kernels (LLVM ``bitcast``; free at run time) and the float32 bit
+masks every kernel uses, named once."""
 
 from __future__ import annotations
 
 from numba import types
 from numba.extending import intrinsic
+
+# float32 bit fields (IEEE 754 binary32: 1 sign, 8 exponent, 23 fraction bits)
+F32_SIGN = 0x80000000  # the sign bit
+F32_ABS = 0x7FFFFFFF  # everything but the sign: |x| as bits
+F32_EXP = 0x7F800000  # the exponent field; also the bits of +inf (|x| above it is NaN)
+F32_FRAC_BITS = 23  # fraction bits
+F16_MIN_NORMAL = 0x38800000  # bits of 2**-14, float16's smallest normal
+F16_MAX = 0x477FE000  # bits of 65504, float16's largest finite value
+F16_DROP = 13  # float32 fraction bits float16 drops (23 - 10)
+F16_KEEP = 0xFFFFE000  # float32 bits float16 keeps
+BF16_DROP = 16  # float32 fraction bits bfloat16 drops (23 - 7)
+BF16_KEEP = 0xFFFF0000  # float32 bits bfloat16 keeps
 
 
 def _bitcast(src, dst):

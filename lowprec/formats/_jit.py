@@ -31,3 +31,68 @@ def stabilize_module(namespace: dict, module: str) -> None:
     for key, value in list(namespace.items()):
         if hasattr(value, "_set_uuid") and getattr(value, "__module__", module) == module:
             stable_uuid(value, f"{module}.{key}")
+
+
+def jit(fn=None, *, parallel: bool = False, inline: str = "never", fastmath=False):
+    """The project's Numba decorator: ``@njit(cache=True, nogil=True, ...)`` plus a fixed UUID.
+
+    Every compiled function of lowprec is cached on disk and releases the GIL; the dispatcher
+    gets the UUID ``"lowprec:<module>.<name>"`` (:func:`stable_uuid`), which keeps cache keys of
+    the closure-built kernels that call it reproducible (the module docstring says why).  This
+    replaces the ``stabilize_module(globals(), __name__)`` footer of the kernel modules.
+
+    Args:
+        fn: the function (``@jit``) or None (``@jit(parallel=True)``).
+        parallel: Numba's ``parallel=True`` (``prange`` loops run on threads); the serial
+            compilation of the same function is then ``.serial`` (``prange`` runs as ``range``),
+            for inputs too small to pay for waking the threads (:func:`for_size`).
+        inline: Numba's ``inline`` (``"always"`` for tiny scalar helpers).
+        fastmath: Numba's ``fastmath`` (False, True or a set of LLVM flags).
+
+    Returns:
+        The Numba dispatcher (or a decorator, when ``fn`` is None).
+
+    Example::
+
+        >>> @jit
+        ... def twice(x):
+        ...     return 2 * x
+    """
+    from numba import njit
+
+    def wrap(f):
+        name = f"{f.__module__}.{f.__name__}"
+        disp = njit(cache=True, nogil=True, parallel=parallel, inline=inline,
+                    fastmath=fastmath)(f)
+        if parallel:
+            disp.serial = stable_uuid(njit(cache=True, nogil=True, fastmath=fastmath,
+                                           error_model="numpy")(_renamed(f, "_serial")),
+                                      name + ".serial")
+        return stable_uuid(disp, name)
+
+    return wrap if fn is None else wrap(fn)
+
+
+def _renamed(f, suffix: str):
+    """A copy of function ``f`` whose (qual)name ends in ``suffix``: Numba names a function's
+    disk cache after its qualified name and line and does not key it on ``parallel``, so the
+    serial compilation needs its own name.  (The NumPy error model is what Numba's parallel
+    backend uses: integer division by zero gives 0 in both compilations.)"""
+    import types
+
+    g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + suffix, f.__defaults__,
+                           f.__closure__)
+    g.__qualname__ = f.__qualname__ + suffix
+    g.__module__ = f.__module__
+    g.__doc__ = f.__doc__
+    return g
+
+
+PARALLEL_MIN = 1 << 17  # elements below which a parallel kernel runs its serial compilation
+
+
+def for_size(kernel, n: int):
+    """``kernel`` (a ``@jit(parallel=True)`` dispatcher) for work of ``n`` elements: itself, or
+    its ``.serial`` compilation below :data:`PARALLEL_MIN` elements (waking the threads costs
+    more than small inputs save, and far more on a busy machine)."""
+    return kernel if n >= PARALLEL_MIN else kernel.serial

@@ -172,7 +172,7 @@ def _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, 
 
 @njit(cache=True, nogil=True)
 def _encode_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
-                  seed, sr_bits, offset):
+                  seed, sr_bits, offset=0):
     if mode == SR:
         return _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, SR,
                      seed, sr_bits, offset, False)
@@ -182,7 +182,7 @@ def _encode_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin
 
 @njit(cache=True, nogil=True)
 def _quantize_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
-                    seed, sr_bits, offset):
+                    seed, sr_bits, offset=0):
     if mode == SR:
         return _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, SR,
                      seed, sr_bits, offset, True)
@@ -192,21 +192,21 @@ def _quantize_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qm
 
 @njit(cache=True, nogil=True)
 def _encode_serial(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
-                   sr_bits, offset):
+                   sr_bits, offset=0):
     return _encode_chunk(x, scale, zp, out, 0, x.shape[0], L, Q, bm, sm, so, bi, si, qmin, qmax,
                          mode, seed, sr_bits, offset)
 
 
 @njit(cache=True, nogil=True)
 def _quantize_serial(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
-                     sr_bits, offset):
+                     sr_bits, offset=0):
     return _quantize_chunk(x, scale, zp, out, 0, x.shape[0], L, Q, bm, sm, so, bi, si, qmin,
                            qmax, mode, seed, sr_bits, offset)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _encode_parallel(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
-                     sr_bits, offset):
+                     sr_bits, offset=0):
     n = x.shape[0]
     nch = (n + CHUNK - 1) // CHUNK
     nans = np.zeros(nch, dtype=np.int64)
@@ -218,7 +218,7 @@ def _encode_parallel(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mo
 
 @njit(cache=True, nogil=True, parallel=True)
 def _quantize_parallel(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
-                       sr_bits, offset):
+                       sr_bits, offset=0):
     n = x.shape[0]
     nch = (n + CHUNK - 1) // CHUNK
     for c in prange(nch):
@@ -499,7 +499,7 @@ def _run(p, out: np.ndarray, want_value: bool) -> int:
         kern = _encode_parallel if big else _encode_serial
     return int(kern(flat, s64, z64, out, *p["lay"].args, np.float64(p["qmin"]),
                     np.float64(p["qmax"]), np.int64(p["mode"]), np.uint64(p["seed"]),
-                    np.int64(p["sr_bits"]), np.int64(p["offset"])))
+                    np.int64(p["sr_bits"]), np.int64(p.get("offset", 0))))
 
 
 def _wrap_like(a: np.ndarray | None, as_torch: bool):

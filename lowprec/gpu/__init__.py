@@ -1,9 +1,14 @@
-"""Triton kernels for the codecs on CUDA tensors, bit-identical to the Numba path (gpu.md).
+"""Triton kernels for CUDA tensors, bit-identical to the Numba CPU path (specs/gpu.md).
 
-Modules, one per family, each mirroring its CPU module function by function:
-``rounding`` (``formats/rounding.py``), ``minifloat`` and ``hif8`` (the float codecs), ``mx``,
-``integer``; ``codecs`` holds the device-side glue and ``ops`` the ``torch.library`` custom
-operators every torch tensor goes through.  Nothing is imported here: ``import lowprec`` never
-imports Triton; ``lowprec.gpu.ops`` imports torch only, and the Triton modules are imported on
-the first CUDA tensor (or by the interpreter tests).
+Modules are imported only when a CUDA tensor (or the Triton interpreter) needs them; importing
+:mod:`lowprec` never imports Triton (``ops`` imports torch only, and only for torch input).
+
+* :mod:`lowprec.gpu.engine`: the tiled online-softmax engine of ``flash`` and every ``baps``
+  configuration (the twin of :mod:`lowprec.kernels.online`).
+* the codecs, one module per family, each mirroring its CPU module function by function:
+  :mod:`~lowprec.gpu.rounding` (``formats/rounding.py``), :mod:`~lowprec.gpu.minifloat` and
+  :mod:`~lowprec.gpu.hif8` (the float codecs), :mod:`~lowprec.gpu.mx`,
+  :mod:`~lowprec.gpu.integer`; :mod:`~lowprec.gpu.codecs` is the device-side glue and
+  :mod:`~lowprec.gpu.ops` the ``torch.library`` custom operators every torch tensor goes
+  through (docs/design.md "GPU codecs").
 """

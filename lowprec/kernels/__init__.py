@@ -7,23 +7,33 @@ Public entry points (re-exported as ``lowprec.attention``, ``lowprec.schemes``,
     out, st = lp.attention(q, k, v, scheme="baps", config="e2e_hif8", tau=1, return_stats=True)
     lp.schemes()            # {name: one-line description}
 
-Each scheme lives in its own module and registers itself with :func:`register`; the modules
-are imported on first use of the registry.
+Each scheme lives in its own module and registers itself with :func:`register` (docs/design.md,
+"How to add a scheme"); the modules named in :data:`SCHEME_MODULES` are imported on first use of
+the registry, and a name there that does not import fails loudly.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .tiling import check_options, finish, prepare
+import numpy as np
 
-# modules that define schemes (imported lazily; a module that does not exist yet is skipped)
-_SCHEME_MODULES = (
-    "reference", "baps", "intattention", "baselines", "qflash", "hccs", "intflash",
+from ._check import check_bool
+from .problem import check_options, finish, one_blas_thread, prepare
+
+#: the modules that define schemes, one line each (imported on first use of the registry)
+SCHEME_MODULES = (
+    "reference",
+    "baps",
+    "intattention",
+    "exaq",
+    "baselines",
+    "qflash",
+    "hccs",
+    "intflash",
 )
 
 
@@ -39,6 +49,12 @@ class Scheme:
         options: the keyword options ``run`` accepts (checked before the call).
         kind: ``"attention"`` or ``"softmax"``.
         float64: the scheme computes in float64 when all inputs are float64.
+        variants: ``(option, values)`` when the scheme is several configurations the studies
+            run one by one (``("config", CONFIGS)`` for ``baps``), else None.
+        shape_dependent: options whose validity depends on the inputs' shape (``lp.emulate``
+            makes no trial call with them).
+        stats: the statistics class its calls return (None: no statistics).
+        order: display order in studies and tables (ascending; ties keep registry order).
     """
 
     name: str
@@ -47,6 +63,10 @@ class Scheme:
     options: tuple = ()
     kind: str = "attention"
     float64: bool = False
+    variants: tuple | None = None
+    shape_dependent: tuple = ()
+    stats: type | None = None
+    order: int = 100
 
 
 _REGISTRY: dict[tuple[str, str], Scheme] = {}
@@ -63,11 +83,24 @@ def _ensure() -> None:
     global _LOADED
     if _LOADED:
         return
-    for mod in _SCHEME_MODULES:
-        full = f"{__name__}.{mod}"
-        if importlib.util.find_spec(full) is not None:
-            importlib.import_module(full)
+    for mod in SCHEME_MODULES:
+        importlib.import_module(f"{__name__}.{mod}")  # a misspelt name raises here
     _LOADED = True
+
+
+def scheme_records(kind: str = "attention") -> list[Scheme]:
+    """The registered :class:`Scheme` records of ``kind`` in display order (``order``, then
+    registry order)."""
+    _ensure()
+    recs = [s for (k, _), s in _REGISTRY.items() if k == kind]
+    return sorted(recs, key=lambda s: s.order)
+
+
+def stats_classes() -> dict[str, type]:
+    """``{class name: class}`` of every scheme's statistics class (``lowprec.stats`` re-exports
+    them)."""
+    _ensure()
+    return {s.stats.__name__: s.stats for s in _REGISTRY.values() if s.stats is not None}
 
 
 def schemes(kind: str = "attention") -> dict[str, str]:
@@ -125,11 +158,16 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
     """
     s = get_scheme(scheme)
     check_options(options, scheme, s.options)
-    if not isinstance(return_stats, (bool,)):
-        raise TypeError("return_stats must be a bool")
+    check_bool(return_stats, "return_stats")
     prob, as_torch = prepare(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
                              keep_float64=s.float64)
-    out, stats = s.run(prob, return_stats, **options)
+    with one_blas_thread():  # NumPy's GEMMs beside the parallel row kernels (problem.py)
+        out, stats = s.run(prob, return_stats, **options)
+    none = prob.no_key_rows()
+    if none is not None:  # the one place rows that see no key become NaN (problem.py)
+        rows = out[none]
+        rows[~np.isnan(rows)] = np.nan  # a kernel's own NaN (0/0) keeps its bits
+        out[none] = rows
     res = finish(out, prob, as_torch)
     return (res, stats) if return_stats else res
 
@@ -141,4 +179,5 @@ def softmax(scores, scheme: str, axis: int = -1, **options):
     return s.run(scores, axis, **options)
 
 
-__all__ = ["attention", "schemes", "softmax", "register", "get_scheme", "Scheme"]
+__all__ = ["attention", "schemes", "softmax", "register", "get_scheme", "Scheme",
+           "scheme_records", "stats_classes", "SCHEME_MODULES"]

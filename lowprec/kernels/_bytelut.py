@@ -25,19 +25,22 @@ and :func:`verify` compares the table path with them on every float32 bit patter
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from ..formats._bits import F32_ABS, F32_EXP
+from ..formats._jit import jit
 
 NO_LSB = np.uint32(31)  # shift that always yields lsb 0 (|x| < 2**31)
 IDX_NAN_BITS = np.uint32(0x7FF)  # index of a positive NaN (exponent 255, mantissa 111)
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def lut_index(u, addm1, sh):
     """Table index of the float32 bit pattern ``u`` (uint32): sign bit 11, then the rounded
     top 11 magnitude bits."""
-    a = np.uint32(u & np.uint32(0x7FFFFFFF))
+    a = np.uint32(u & np.uint32(F32_ABS))
     sign = np.uint32((u >> np.uint32(20)) & np.uint32(0x800))
-    if a > np.uint32(0x7F800000):
+    if a > np.uint32(F32_EXP):
         return np.uint32(sign | IDX_NAN_BITS)
     e = a >> np.uint32(23)
     r = np.uint32(a + addm1[e] + ((a >> sh[e]) & np.uint32(1)))
@@ -126,7 +129,7 @@ def build_tables(values: np.ndarray, encode, ties_even: bool, extra_points=()):
     return addm1, sh, lut
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@jit(parallel=True)
 def _count_mismatch(encode_bits, addm1, sh, lut, start, stop, nchunks):
     bad = np.zeros(nchunks, dtype=np.int64)
     step = (stop - start + nchunks - 1) // nchunks
@@ -142,7 +145,7 @@ def _count_mismatch(encode_bits, addm1, sh, lut, start, stop, nchunks):
     return bad.sum()
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _codes_of(u, addm1, sh, lut, encode_bits, got, want):
     for i in range(u.shape[0]):
         got[i] = lut[lut_index(u[i], addm1, sh)]
@@ -166,7 +169,3 @@ def verify(encode_bits, tables, start: int = 0, stop: int = 1 << 32) -> int:
 
 
 __all__ = ["lut_index", "build_tables", "verify", "codes_of"]
-
-from ..formats._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

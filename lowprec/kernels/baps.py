@@ -33,11 +33,16 @@ import ml_dtypes
 import numpy as np
 
 from ..formats import api as _fmt
+from ..formats._bits import F32_EXP
+from ..stats import BapsStats
 from . import Scheme, register
+from ._check import check_bool, check_choice, check_int
 from .online import (
     ACC_BF16,
     ACC_F16,
     ACC_F32,
+    BLOCK_K_DEFAULT,
+    BLOCK_Q_DEFAULT,
     CRIT_FIRST,
     CRIT_FIRST_DIAG,
     CRIT_FIRST_LAST,
@@ -57,9 +62,9 @@ from .online import (
     ROUND_RINT,
     EngineConfig,
     run_engine,
+    tile_stats,
 )
-from .reference import BLOCK_K_DEFAULT, BLOCK_Q_DEFAULT, tile_stats
-from .tiling import LOG2E, Problem, check_block, softmax_rows
+from .problem import LOG2E, Problem, check_block, softmax_rows
 
 CONFIGS = {
     "default": "bf16 inputs, float32 softmax (FlashAttention-2, base 2)",
@@ -89,9 +94,7 @@ _E2E_ONLY = ("tau", "critical", "max_round", "granularity")
 
 
 def _check_fmt(name: Any, what: str) -> str:
-    if name not in _EXP2_FORMATS:
-        raise ValueError(f"{what} {name!r} is not one of {', '.join(_EXP2_FORMATS)}")
-    return name
+    return check_choice(name, what, _EXP2_FORMATS)
 
 
 def exp2_in_format(x, fmt_in: str = "hif8", fmt_out: str | None = None, *, fp16: bool = True,
@@ -121,8 +124,8 @@ def exp2_in_format(x, fmt_in: str = "hif8", fmt_out: str | None = None, *, fp16:
     """
     _check_fmt(fmt_in, "fmt_in")
     fmt_out = fmt_in if fmt_out is None else _check_fmt(fmt_out, "fmt_out")
-    if not isinstance(fp16, (bool, np.bool_)) or not isinstance(saturate, (bool, np.bool_)):
-        raise TypeError("fp16 and saturate must be bools")
+    check_bool(fp16, "fp16")
+    check_bool(saturate, "saturate")
     xi = np.asarray(_to_np(_fmt.quantize(x, fmt_in, saturate=bool(saturate))), dtype=np.float64)
     with np.errstate(over="ignore"):
         y = np.exp2(xi)
@@ -154,7 +157,7 @@ def restart_threshold(tau: int) -> float:
     """The smallest float32 ``x`` with ``hif8(x) > tau`` (nearest_away): the engine restarts a
     row iff ``fl(rowmax - m) >= threshold`` (equivalent to some ``hif8(S - m) > tau``, since
     HiF8 rounding and ``fl(. - m)`` are monotone)."""
-    lo, hi = np.uint32(0), np.uint32(0x7F800000)  # bits of +0 and +inf
+    lo, hi = np.uint32(0), np.uint32(F32_EXP)  # bits of +0 and +inf
 
     def over(bits) -> bool:
         xv = np.array([bits], dtype=np.uint32).view(np.float32)
@@ -196,8 +199,7 @@ def softmax_exp2(scores, axis: int = -1, *, fmt: str = "hif8", fmt_out: str | No
     """
     _check_fmt(fmt, "fmt")
     fmt_out = fmt if fmt_out is None else _check_fmt(fmt_out, "fmt_out")
-    if not isinstance(integer_max, (bool, np.bool_)):
-        raise TypeError("integer_max must be a bool")
+    check_bool(integer_max, "integer_max")
     rows, restore = softmax_rows(scores, axis)
     x2 = rows * np.float32(LOG2E)
     with np.errstate(invalid="ignore"):
@@ -218,12 +220,10 @@ def _softmax_exp2(scores, axis, **opts):
 
 
 def _choice(value, table: dict, name: str) -> int:
-    if not isinstance(value, str) or value not in table:
-        raise ValueError(f"{name} {value!r} is not one of {', '.join(table)}")
-    return table[value]
+    return table[check_choice(value, name, tuple(table))]
 
 
-def _critical(value, nk_hint: int | None = None):
+def _critical(value):
     if isinstance(value, str):
         return _choice(value, _CRITICAL, "critical"), ()
     if isinstance(value, (list, tuple, np.ndarray)):
@@ -249,16 +249,13 @@ def make_config(config: str = "e2e_hif8", *, tau: int = 1, critical="first",
                 max_round: str = "rint", granularity: str = "tile", accum: str = "float32",
                 exp2_fp16: bool = True) -> EngineConfig:
     """The :class:`~lowprec.kernels.online.EngineConfig` of a BAPS configuration (validated)."""
-    if config not in CONFIGS:
-        raise ValueError(f"config {config!r} is not one of {', '.join(CONFIGS)}")
-    if isinstance(tau, bool) or not isinstance(tau, (int, np.integer)) or tau < 0:
-        raise ValueError(f"tau must be a non-negative int, got {tau!r}")
+    check_choice(config, "config", tuple(CONFIGS))
+    check_int(tau, "tau", 0, what="a non-negative int")
     crit, crit_list = _critical(critical)
     mr = _choice(max_round, _ROUND, "max_round")
     gran = _choice(granularity, _GRAN, "granularity")
     acc = _choice(accum, _ACC, "accum")
-    if not isinstance(exp2_fp16, (bool, np.bool_)):
-        raise TypeError("exp2_fp16 must be a bool")
+    check_bool(exp2_fp16, "exp2_fp16")
     if config == "default":
         return EngineConfig(flow=FA2, exp=EXP_FLOAT, acc=acc)
     fin, fout = _CONFIG_FORMATS[config]
@@ -274,8 +271,7 @@ def make_config(config: str = "e2e_hif8", *, tau: int = 1, critical="first",
 
 
 def _round_inputs(prob: Problem, input_dtype: str):
-    if input_dtype not in _INPUT:
-        raise ValueError(f"input_dtype {input_dtype!r} is not one of {', '.join(_INPUT)}")
+    check_choice(input_dtype, "input_dtype", _INPUT)
     if input_dtype == "float32":
         return prob.q, prob.k, prob.v
     bf = ml_dtypes.bfloat16
@@ -312,6 +308,8 @@ register(Scheme(
     _baps,
     options=("config", "block_q", "block_k", "input_dtype", "tau", "critical", "max_round",
              "granularity", "accum", "exp2_fp16"),
+    variants=("config", tuple(CONFIGS)), shape_dependent=("critical",), stats=BapsStats,
+    order=20,
 ))
 
 register(Scheme("hif8_exp2", "BAPS softmax: exp2 in HiF8 (or E4M3/E5M2) with an integer row max",

@@ -105,13 +105,36 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from numba import njit
+from numba import prange
 
-from ..formats import api as _fmt
 from ..formats._arrays import to_numpy
+from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
-from .tiling import Problem, softmax_rows
+from ._baselines_exact import (
+    _C_EMPTY,
+    _C_FLOOR,
+    _C_NAN,
+    _C_REQ,
+    _C_SUM,
+    _C_ZERO,
+    _NCOUNT,
+    IBERT_E16_MAX,
+    IBERT_E16_MIN,
+    _ibert_exp_exact,
+    _ibert_norm_exact,
+    _ivit_exact,
+    _visible,
+)
+from ._check import bool_mask, check_bool, check_int, check_real
+from ._fp import add32 as _add
+from ._fp import div32 as _div
+from ._fp import floor32 as _floor
+from ._fp import mul32 as _mul
+from ._fp import sub32 as _sub
+from ._int8 import INT8_QMAX, quantize_qkv
+from ._surrogate import exact_attend, fill_logits, logits_f32, row_block, vis_block, visibility
+from .problem import Problem, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (specs/attention.md section 7)
@@ -122,11 +145,8 @@ IBERT_X0 = -0.6931  # I-BERT x0 = -ln 2 (as written in the paper's code)
 IBERT_A = 0.35815147  # I-BERT polynomial a (a (x + b)**2 + c approximates exp on [-ln2, 0])
 IBERT_B = 0.96963238 / IBERT_A  # b, float64 as the code computes it
 IBERT_C = 1.0 / IBERT_A  # c, float64 as the code computes it
-IVIT_SUM_MAX = 2**31 - 1  # I-ViT clamps the row sum to the int32 range
 IVIT_ATTN_LOGIT_BITS = 8  # scheme "ivit": I-ViT's 8-bit QuantAct before IntSoftmax
 IVIT_ATTN_OUT_BITS = 16  # scheme "ivit": I-ViT's models use IntSoftmax(output_bit=16)
-IBERT_E16_MAX = 32767  # I-BERT requantises e to 16 bits
-IBERT_E16_MIN = -32768
 IBERT_M_BITS = 31  # mantissa bits of the fixed-point multiplier (batch_frexp max_bit)
 IBERT_F_BITS = 32  # I-BERT normalises with floor(2**32 / sum)
 IVIT_F_BITS = 31  # I-ViT normalises with floor(2**31 / sum)
@@ -135,12 +155,15 @@ OUT_BITS_MAX = 16
 SCALE_MIN = 2.0**-40  # smallest input scale accepted (keeps every constant finite and normal)
 EXACT_X_MAX = 2**31  # exact mode: |x / s| must fit int32
 IBERT_EXACT_C_MAX = 2**61  # exact mode: ci must stay below this (int64 polynomial)
-INT8_QMAX = 127  # symmetric int8 range [-127, 127]
-GEMM_EXACT_MAX = 2**31 - 1  # int32 accumulators of q8 k8^T and P v8
+LOGIT_BITS_MIN, LOGIT_BITS_MAX = 2, 24  # option logit_bits
+ROW_BLOCKS = 64  # row blocks of the parallel drivers (each with its own counters)
+_POW2_F32 = np.ldexp(1.0, np.arange(64)).astype(np.float32)  # 2**k, exact
+_HALF32 = np.float32(0.5)
+_SIXTEENTH32 = np.float32(0.0625)
+_NO_CODES = np.zeros((0, 0), dtype=np.uint8)
+CODED_MAX = 255  # the pipeline's logits use per-value tables up to this many values
 
-# count slots of the kernels (BaselineStats)
-_C_EMPTY, _C_NAN, _C_FLOOR, _C_SUM, _C_REQ, _C_ZERO = range(6)
-_NCOUNT = 6
+
 
 
 @dataclass
@@ -169,55 +192,22 @@ class BaselineStats(Stats):
     requant_clamped: int = 0
     zero_outputs: int = 0
 
-
+    _COUNTERS = ("empty_rows", "nan_rows", "floor_clamped", "sum_clamped", "requant_clamped",
+                 "zero_outputs")  # the kernels' count slots, in order
 
 
 
 def _stats_from(counts: np.ndarray, rows: int) -> BaselineStats:
-    c = [int(v) for v in counts]
-    return BaselineStats(calls=1, rows=rows, empty_rows=c[_C_EMPTY], nan_rows=c[_C_NAN],
-                         floor_clamped=c[_C_FLOOR], sum_clamped=c[_C_SUM],
-                         requant_clamped=c[_C_REQ], zero_outputs=c[_C_ZERO])
+    c = counts.reshape((-1, _NCOUNT)).sum(axis=0)
+    return BaselineStats(calls=1, rows=rows,
+                         **{n: int(c[i]) for i, n in enumerate(BaselineStats._COUNTERS)})
 
 
 # --------------------------------------------------------------------------------------------
-# float32 arithmetic: each helper is one correctly rounded float32 operation (computed in
-# float64 and rounded once: exact for +, -, *, / since 53 >= 2 * 24 + 2).
+# row kernels (float32 helpers: lowprec.kernels._fp)
 
 
-@njit(inline="always", cache=True)
-def _add(a, b):
-    return np.float32(np.float64(a) + np.float64(b))
-
-
-@njit(inline="always", cache=True)
-def _sub(a, b):
-    return np.float32(np.float64(a) - np.float64(b))
-
-
-@njit(inline="always", cache=True)
-def _mul(a, b):
-    return np.float32(np.float64(a) * np.float64(b))
-
-
-@njit(inline="always", cache=True)
-def _div(a, b):
-    return np.float32(np.float64(a) / np.float64(b))
-
-
-@njit(inline="always", cache=True)
-def _floor(a):
-    return np.float32(np.floor(np.float64(a)))
-
-
-@njit(inline="always", cache=True)
-def _visible(x, vis, use_vis, r, j):
-    if use_vis and not vis[r, j]:
-        return False
-    return x[r, j] != -np.inf
-
-
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _row_scan_f32(x, vis, use_vis, r, s, xi, used):
     """float32 ``x / s`` of the visible entries of row r into xi; returns (count, max, bad)."""
     L = x.shape[1]
@@ -240,144 +230,105 @@ def _row_scan_f32(x, vis, use_vis, r, s, xi, used):
     return cnt, m, bad
 
 
-@njit(inline="always", cache=True)
-def _row_scan_exact(x, vis, use_vis, r, s, xi, used):
-    """Exact ``RNE(x / s)`` of the visible entries of row r; returns (count, max, bad)."""
-    L = x.shape[1]
-    cnt = 0
-    bad = False
-    m = np.int64(-(2**62))
-    for j in range(L):
-        u = _visible(x, vis, use_vis, r, j)
-        used[j] = u
-        if not u:
-            continue
-        v = np.float64(x[r, j])
-        if not v < np.inf:
-            bad = True
-            xi[j] = 0
-            cnt += 1
-            continue
-        t = np.int64(np.rint(v / s))
-        xi[j] = t
-        if t > m:
-            m = t
-        cnt += 1
-    return cnt, m, bad
-
-
 # --------------------------------------------------------------------------------------------
 # I-ViT Shiftmax kernels
 
 
-@njit(cache=True, nogil=True)
-def _ivit_f32(x, vis, s, x0, nx0, n, out_bits, y, counts):
+@jit(inline="always")
+def _normalise_row(y, r, e, used, f, out_div, counts):
+    """Output row ``r`` in float32 order: ``y = floor(fl(fl(e f) / out_div))`` where ``used``,
+    0 elsewhere; counts the zero outputs."""
+    for j in range(e.shape[0]):
+        if not used[j]:
+            y[r, j] = 0.0
+            continue
+        v = _floor(_div(_mul(e[j], f), out_div))
+        y[r, j] = v
+        if v == 0:
+            counts[_C_ZERO] += 1
+
+
+@jit(inline="always")
+def _ivit_e(xs, m, x0, nx0, n):
+    """Shiftmax's ``e`` of one entry in float32 order from ``xs = fl(x / s)`` and the row max
+    ``m``; returns ``(e, clamped to the floor n x0)``."""
+    t = _sub(xs, m)
+    a = _floor(_mul(t, _HALF32))
+    b = _floor(_mul(t, _SIXTEENTH32))
+    t = _sub(_add(t, a), b)
+    clamped = t < nx0
+    if clamped:
+        t = nx0
+    q = _floor(_div(t, x0))
+    rr = _sub(t, _mul(x0, q))
+    u = _sub(_mul(rr, _HALF32), x0)
+    ev = _floor(_mul(u, _POW2_F32[int(n - q)]))  # 0 <= n - q <= n
+    if ev < 0:
+        ev = np.float32(0.0)
+    return ev, clamped
+
+
+@jit
+def _ivit_f32(x, codes, xvals, vis, s, x0, nx0, n, out_bits, y, counts):
+    """I-ViT Shiftmax rows in float32 order.  With ``codes`` (uint8 ``(R, L)``, the index of
+    each entry's value in ``xvals``; ``(0, 0)`` = none) every row evaluates ``e`` once per code
+    (the same float32 operations on the same values, so the same bits) and looks entries up."""
     R, L = x.shape
     use_vis = vis.shape[0] > 0
+    coded = codes.shape[0] > 0
+    nc = xvals.shape[0]
     xi = np.empty(L, np.float32)
     e = np.empty(L, np.float32)
     used = np.empty(L, np.bool_)
+    etab = np.empty(nc, np.float32)
+    ftab = np.empty(nc, np.bool_)
     two31 = np.float32(2.0**31)
     out_div = np.float32(2.0 ** (32 - out_bits))
-    half = np.float32(0.5)
-    sixteenth = np.float32(0.0625)
     for r in range(R):
-        cnt, m, bad = _row_scan_f32(x, vis, use_vis, r, s, xi, used)
+        if coded:  # the visible max code gives the max of fl(x / s) (monotone in x)
+            cnt = 0
+            cm = 0
+            for j in range(L):
+                used[j] = not use_vis or vis[r, j]
+                if used[j]:
+                    cnt += 1
+                    cm = max(cm, np.int64(codes[r, j]))
+            m = _div(xvals[cm], s)
+            bad = False
+        else:
+            cnt, m, bad = _row_scan_f32(x, vis, use_vis, r, s, xi, used)
         if cnt == 0 or bad:
             counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
             for j in range(L):
                 y[r, j] = np.nan
             continue
+        if coded:
+            for c in range(cm + 1):
+                etab[c], ftab[c] = _ivit_e(_div(xvals[c], s), m, x0, nx0, n)
         z = np.float32(0.0)
         for j in range(L):
             if not used[j]:
                 continue
-            t = _sub(xi[j], m)
-            a = _floor(_mul(t, half))
-            b = _floor(_mul(t, sixteenth))
-            t = _sub(_add(t, a), b)
-            if t < nx0:
-                t = nx0
+            if coded:
+                ev = etab[codes[r, j]]
+                clamped = ftab[codes[r, j]]
+            else:
+                ev, clamped = _ivit_e(xi[j], m, x0, nx0, n)
+            if clamped:
                 counts[_C_FLOOR] += 1
-            q = _floor(_div(t, x0))
-            rr = _sub(t, _mul(x0, q))
-            u = _sub(_mul(rr, half), x0)
-            ev = _floor(_mul(u, np.float32(math.ldexp(1.0, int(n - q)))))
-            if ev < 0:
-                ev = np.float32(0.0)
             e[j] = ev
             z = _add(z, ev)
         if z >= two31:
             z = two31
             counts[_C_SUM] += 1
-        f = _floor(_div(two31, z))
-        for j in range(L):
-            if not used[j]:
-                y[r, j] = 0.0
-                continue
-            v = _floor(_div(_mul(e[j], f), out_div))
-            y[r, j] = v
-            if v == 0:
-                counts[_C_ZERO] += 1
-
-
-@njit(cache=True, nogil=True)
-def _ivit_exact(x, vis, s, x0, n, out_bits, y, counts):
-    R, L = x.shape
-    use_vis = vis.shape[0] > 0
-    xi = np.empty(L, np.int64)
-    e = np.empty(L, np.int64)
-    used = np.empty(L, np.bool_)
-    nx0 = np.int64(n) * x0
-    sh_out = 32 - out_bits
-    for r in range(R):
-        cnt, m, bad = _row_scan_exact(x, vis, use_vis, r, s, xi, used)
-        if cnt == 0 or bad:
-            counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
-            for j in range(L):
-                y[r, j] = np.nan
-            continue
-        z = np.int64(0)
-        for j in range(L):
-            if not used[j]:
-                continue
-            t = xi[j] - m
-            t = t + (t >> 1) - (t >> 4)  # floor(t/2), floor(t/16): arithmetic shifts
-            if t < nx0:
-                t = nx0
-                counts[_C_FLOOR] += 1
-            q = t // x0  # floor division (Python semantics)
-            rr = t - x0 * q
-            w = rr - 2 * x0  # (r/2 - x0) * 2**(n-q) = w * 2**(n-q-1), w > 0
-            k = n - q
-            if k >= 1:
-                ev = w << (k - 1)
-            else:
-                ev = w >> (1 - k)
-            if ev < 0:
-                ev = 0
-            e[j] = ev
-            if z < IVIT_SUM_MAX:  # saturating sum (no int64 overflow)
-                z += ev
-        if z >= IVIT_SUM_MAX:
-            z = IVIT_SUM_MAX
-            counts[_C_SUM] += 1
-        f = np.int64(2**31) // z
-        for j in range(L):
-            if not used[j]:
-                y[r, j] = 0.0
-                continue
-            v = (e[j] * f) >> sh_out
-            y[r, j] = np.float32(v)
-            if v == 0:
-                counts[_C_ZERO] += 1
+        _normalise_row(y, r, e, used, _floor(_div(two31, z)), out_div, counts)
 
 
 # --------------------------------------------------------------------------------------------
 # I-BERT kernels: pass 1 computes e (and the tensor max), pass 2 requantises and normalises.
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _ibert_exp_f32(x, vis, s, x0i, nx0, bi, ci, n, e, rowflag, counts):
     """Pass 1 (float32): e per visible entry (-1 for entries that take no part); rowflag 0 ok,
     1 empty, 2 NaN.  Returns max(e) over visible entries (-1 when none)."""
@@ -408,7 +359,7 @@ def _ibert_exp_f32(x, vis, s, x0i, nx0, bi, ci, n, e, rowflag, counts):
             zz = _add(rr, bi)
             zz = _mul(rr, zz)
             zz = _add(zz, ci)
-            ev = _floor(_mul(zz, np.float32(math.ldexp(1.0, int(n - q)))))
+            ev = _floor(_mul(zz, _POW2_F32[int(n - q)]))  # 0 <= n - q <= n
             if ev < 0:
                 ev = np.float32(0.0)
             e[r, j] = ev
@@ -417,11 +368,12 @@ def _ibert_exp_f32(x, vis, s, x0i, nx0, bi, ci, n, e, rowflag, counts):
     return emax
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _ibert_norm_f32(e, rowflag, m31, inv_shift, out_bits, y, counts):
     """Pass 2 (float32 order): 16-bit requantisation, row sum, reciprocal, output."""
     R, L = e.shape
     e16 = np.empty(L, np.float32)
+    used = np.empty(L, np.bool_)
     two32 = np.float32(2.0**32)
     out_div = np.float32(2.0 ** (32 - out_bits))
     for r in range(R):
@@ -432,6 +384,7 @@ def _ibert_norm_f32(e, rowflag, m31, inv_shift, out_bits, y, counts):
         z = np.float32(0.0)
         for j in range(L):
             ev = e[r, j]
+            used[j] = ev >= 0
             if ev < 0:
                 continue
             v = np.rint((np.float64(ev) * m31) * inv_shift)  # fl64(e * m) / 2**shift, RNE
@@ -443,133 +396,43 @@ def _ibert_norm_f32(e, rowflag, m31, inv_shift, out_bits, y, counts):
                 counts[_C_REQ] += 1
             e16[j] = np.float32(v)
             z = _add(z, e16[j])
-        f = _floor(_div(two32, z))
-        for j in range(L):
-            if e[r, j] < 0:
-                y[r, j] = 0.0
-                continue
-            v = _floor(_div(_mul(e16[j], f), out_div))
-            y[r, j] = v
-            if v == 0:
-                counts[_C_ZERO] += 1
-
-
-@njit(cache=True, nogil=True)
-def _ibert_exp_exact(x, vis, s, x0i, bi, ci, n, zq, qq, rowflag, counts):
-    """Pass 1 (exact): z (>= 0) and q per visible entry (z = -1 for entries that take no
-    part).  Returns max(z * 2**(n - q)) in float64 (-1 when none)."""
-    R, L = x.shape
-    use_vis = vis.shape[0] > 0
-    xi = np.empty(L, np.int64)
-    used = np.empty(L, np.bool_)
-    nx0 = np.int64(n) * x0i
-    emax = -1.0
-    for r in range(R):
-        cnt, m, bad = _row_scan_exact(x, vis, use_vis, r, s, xi, used)
-        if cnt == 0 or bad:
-            rowflag[r] = 1 if cnt == 0 else 2
-            counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
-            for j in range(L):
-                zq[r, j] = -1
-            continue
-        rowflag[r] = 0
-        for j in range(L):
-            if not used[j]:
-                zq[r, j] = -1
-                continue
-            t = xi[j] - m
-            if t < nx0:
-                t = nx0
-                counts[_C_FLOOR] += 1
-            q = t // x0i
-            rr = t - x0i * q
-            zz = rr * (rr + bi) + ci
-            if zz < 0:
-                zz = 0
-            zq[r, j] = zz
-            qq[r, j] = q
-            ev = np.float64(zz) * math.ldexp(1.0, int(n - q))
-            if ev > emax:
-                emax = ev
-    return emax
-
-
-@njit(inline="always", cache=True)
-def _mul_shift_rne(z, m, k):
-    """``RNE(z * m / 2**k)`` exactly for 0 <= z < 2**62, 0 <= m <= 2**31 and any int k;
-    results above about 2**50 are returned as 2**62 (callers clamp far below that)."""
-    if z == 0 or m == 0:
-        return np.int64(0)
-    sat = np.int64(2**62)
-    if np.float64(z) * np.float64(m) * math.ldexp(1.0, -k) > 2.0**50:
-        return sat
-    zh = z >> 31
-    zl = z & 0x7FFFFFFF
-    hi = zh * m  # z * m = hi * 2**31 + lo, hi and lo < 2**62
-    lo = zl * m
-    if k <= 0:  # the result (<= 2**50) is z * m << -k: no overflow
-        return ((hi << 31) + lo) << (-k)
-    if k <= 31:
-        qv = (hi << (31 - k)) + (lo >> k)
-        rem = lo & ((np.int64(1) << k) - 1)
-        halfv = np.int64(1) << (k - 1)
-        if rem > halfv or (rem == halfv and (qv & 1) == 1):
-            qv += 1
-        return qv
-    # k > 31: v = c * 2**31 + low with c = hi + (lo >> 31)
-    c = hi + (lo >> 31)
-    low = lo & 0x7FFFFFFF
-    kk = k - 31
-    if kk >= 63:
-        return np.int64(0)  # v < 2**94 <= 2**(k-1): rounds to 0
-    qv = c >> kk
-    rem_hi = c & ((np.int64(1) << kk) - 1)
-    half_hi = np.int64(1) << (kk - 1)  # half = 2**(k-1) = half_hi * 2**31 (low part 0)
-    up = rem_hi > half_hi or (rem_hi == half_hi and (low > 0 or (qv & 1) == 1))
-    if up:
-        qv += 1
-    return qv
-
-
-@njit(cache=True, nogil=True)
-def _ibert_norm_exact(zq, qq, rowflag, m31, shift, n, out_bits, y, counts):
-    R, L = zq.shape
-    e16 = np.empty(L, np.int64)
-    sh_out = 32 - out_bits
-    for r in range(R):
-        if rowflag[r] != 0:
-            for j in range(L):
-                y[r, j] = np.nan
-            continue
-        z = np.int64(0)
-        for j in range(L):
-            zz = zq[r, j]
-            if zz < 0:
-                continue
-            v = _mul_shift_rne(zz, m31, shift - (n - qq[r, j]))
-            if v > IBERT_E16_MAX:
-                v = IBERT_E16_MAX
-                counts[_C_REQ] += 1
-            e16[j] = v
-            z += v
-        f = np.int64(2**32) // z
-        for j in range(L):
-            if zq[r, j] < 0:
-                y[r, j] = 0.0
-                continue
-            v = (e16[j] * f) >> sh_out
-            y[r, j] = np.float32(v)
-            if v == 0:
-                counts[_C_ZERO] += 1
+        _normalise_row(y, r, e16, used, _floor(_div(two32, z)), out_div, counts)
 
 
 # --------------------------------------------------------------------------------------------
-# Validation helpers
+# parallel drivers: blocks of rows, each with its own counters (rows are independent)
+
+
+@jit(parallel=True)
+def _ivit_f32_par(x, codes, xvals, vis, s, x0, nx0, n, out_bits, y, counts):
+    for t in prange(counts.shape[0]):
+        r0, r1 = row_block(t, x.shape[0], counts.shape[0])
+        _ivit_f32(x[r0:r1], vis_block(codes, r0, r1), xvals, vis_block(vis, r0, r1), s, x0, nx0,
+                  n, out_bits, y[r0:r1], counts[t])
+
+
+@jit(parallel=True)
+def _ibert_exp_f32_par(x, vis, s, x0i, nx0, bi, ci, n, e, rowflag, counts, emax):
+    for t in prange(counts.shape[0]):
+        r0, r1 = row_block(t, x.shape[0], counts.shape[0])
+        emax[t] = _ibert_exp_f32(x[r0:r1], vis_block(vis, r0, r1), s, x0i, nx0, bi, ci, n,
+                                 e[r0:r1], rowflag[r0:r1], counts[t])
+
+
+@jit(parallel=True)
+def _ibert_norm_f32_par(e, rowflag, m31, inv_shift, out_bits, y, counts):
+    for t in prange(counts.shape[0]):
+        r0, r1 = row_block(t, e.shape[0], counts.shape[0])
+        _ibert_norm_f32(e[r0:r1], rowflag[r0:r1], m31, inv_shift, out_bits, y[r0:r1],
+                        counts[t])
+
+
+# --------------------------------------------------------------------------------------------
+# validation
 
 
 def _check_scale(scale) -> np.float32:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise TypeError(f"scale must be a positive real number, got {type(scale).__name__}")
+    check_real(scale, "scale", finite=False)
     s = np.float32(scale)
     if not (np.isfinite(s) and float(s) >= SCALE_MIN):
         raise ValueError(
@@ -579,34 +442,22 @@ def _check_scale(scale) -> np.float32:
 
 
 def _check_out_bits(out_bits) -> int:
-    if isinstance(out_bits, bool) or not isinstance(out_bits, (int, np.integer)) or not (
-        OUT_BITS_MIN <= out_bits <= OUT_BITS_MAX
-    ):
-        raise ValueError(
-            f"out_bits must be an int in [{OUT_BITS_MIN}, {OUT_BITS_MAX}], got {out_bits!r}"
-        )
-    return int(out_bits)
+    return check_int(out_bits, "out_bits", OUT_BITS_MIN, OUT_BITS_MAX)
 
 
-def _check_bool(v, name: str) -> bool:
-    if not isinstance(v, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
-    return bool(v)
+def _check_logit_bits(b) -> int | None:
+    if b is None:
+        return None
+    return check_int(b, "logit_bits", LOGIT_BITS_MIN, LOGIT_BITS_MAX,
+                     what=f"None or an int in [{LOGIT_BITS_MIN}, {LOGIT_BITS_MAX}]")
 
 
 def _rows_and_mask(x, mask):
     rows, restore = softmax_rows(x, -1, "x")
     if mask is None:
         return rows, restore, np.zeros((0, 0), dtype=np.bool_)
-    m, _ = to_numpy(mask, "mask")
-    if m.dtype != np.bool_:
-        raise TypeError(f"mask has dtype {m.dtype}; allowed: bool (True = take part)")
     shape = np.shape(to_numpy(x, "x")[0])
-    try:
-        mb = np.broadcast_to(m, shape)
-    except ValueError:
-        raise ValueError(f"mask of shape {m.shape} does not broadcast to x's {shape}") from None
-    return rows, restore, np.ascontiguousarray(mb).reshape(rows.shape)
+    return rows, restore, bool_mask(mask, shape).reshape(rows.shape)
 
 
 def _floor_frac(num: float, s: np.float32) -> int:
@@ -620,6 +471,107 @@ def _frexp_multiplier(ratio: float) -> tuple[int, int]:
     m, ex = math.frexp(ratio)
     m31 = math.floor(m * 2.0**IBERT_M_BITS + 0.5)  # exact: m * 2**31 + 0.5 is representable
     return int(m31), IBERT_M_BITS - ex
+
+
+def _div_py(a: float, b: np.float32) -> np.float32:
+    """One float32 division (numpy float32 scalars are correctly rounded)."""
+    return np.float32(np.float32(a) / np.float32(b))
+
+
+def _check_exact_range(rows: np.ndarray, s: np.float32) -> None:
+    fin = rows[np.isfinite(rows)]
+    if fin.size and float(np.abs(fin).max()) / float(s) >= EXACT_X_MAX - 0.5:
+        raise ValueError(
+            "exact=True needs integer logits x / scale that fit int32; got max |x / scale| = "
+            f"{float(np.abs(fin).max()) / float(s):.4g}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# cores: validated float32 rows (R, L), the visibility (0, 0) = all, in-place output allowed
+
+
+def _ivit_core(rows: np.ndarray, vis: np.ndarray, s: np.float32, ob: int, exact: bool,
+               y: np.ndarray, codes=None) -> np.ndarray:
+    """I-ViT Shiftmax of validated rows into ``y`` (may be ``rows`` itself); returns the
+    counters ``(blocks, _NCOUNT)``.  ``codes = (uint8 (R, L), float32 values)`` says that every
+    entry is one of few values (the pipeline's 8-bit logits): ``e`` is then computed per value
+    (float32 order only)."""
+    if exact:
+        counts = np.zeros((1, _NCOUNT), dtype=np.int64)
+        _check_exact_range(rows, s)
+        x0 = _floor_frac(-1.0, s)
+        _ivit_exact(rows, vis, float(s), np.int64(x0), IVIT_N, ob, y, counts[0])
+        return counts
+    counts = np.zeros((ROW_BLOCKS, _NCOUNT), dtype=np.int64)
+    x0 = np.float32(np.floor(-_div_py(1.0, s)))  # -(1/s): reciprocal then * -1
+    nx0 = np.float32(np.float32(IVIT_N) * x0)
+    cd, xv = codes if codes is not None else (_NO_CODES, np.zeros(0, np.float32))
+    for_size(_ivit_f32_par, rows.size)(rows, cd, xv, vis, s, x0, nx0, IVIT_N, ob, y, counts)
+    return counts
+
+
+def _ibert_consts(s: np.float32, exact: bool):
+    """I-BERT's integer constants for scale ``s`` (ValueError when out of range)."""
+    if exact:
+        x0i = _floor_frac(IBERT_X0, s)
+        bi = _floor_frac(IBERT_B, s)
+        ci = math.floor(Fraction(IBERT_C) / Fraction(float(s)) ** 2)
+        if ci < 1:
+            raise ValueError(f"scale {float(s)!r} is too large for I-BERT: floor(c / s**2) = 0")
+        if ci >= IBERT_EXACT_C_MAX:
+            raise ValueError(
+                f"scale {float(s)!r} is too small for exact I-BERT evaluation in int64: "
+                f"floor(c / s**2) = {ci} >= 2**61; use exact=False"
+            )
+        return x0i, bi, ci
+    inv = _div_py(1.0, s)  # float32 reciprocal fl(1/s)
+    x0i = np.float32(np.floor(np.float32(inv * np.float32(IBERT_X0))))
+    bi = np.float32(np.floor(np.float32(inv * np.float32(IBERT_B))))
+    s2 = np.float32(s * s)
+    ci = np.float32(np.floor(np.float32(_div_py(1.0, s2) * np.float32(IBERT_C))))
+    if ci < 1:
+        raise ValueError(f"scale {float(s)!r} is too large for I-BERT: floor(c / s**2) = 0")
+    return x0i, bi, ci
+
+
+def _ibert_core(rows: np.ndarray, vis: np.ndarray, s: np.float32, ob: int, exact: bool,
+                y: np.ndarray) -> np.ndarray:
+    """I-BERT softmax of validated rows into ``y`` (may be ``rows`` itself); returns the
+    counters ``(blocks, _NCOUNT)``."""
+    R, L = rows.shape
+    rowflag = np.zeros(R, dtype=np.int8)
+    x0i, bi, ci = _ibert_consts(s, exact)
+    if exact:
+        counts = np.zeros((1, _NCOUNT), dtype=np.int64)
+        _check_exact_range(rows, s)
+        zq = np.empty((R, L), dtype=np.int64)
+        qq = np.zeros((R, L), dtype=np.int64)
+        emax = _ibert_exp_exact(rows, vis, float(s), np.int64(x0i), np.int64(bi),
+                                np.int64(ci), IBERT_N, zq, qq, rowflag, counts[0])
+        if emax > 0:
+            m31, shift = _frexp_multiplier(IBERT_E16_MAX / emax)
+            _ibert_norm_exact(zq, qq, rowflag, np.int64(m31), shift, IBERT_N, ob, y, counts[0])
+        else:
+            y[:] = np.nan
+        return counts
+    counts = np.zeros((ROW_BLOCKS, _NCOUNT), dtype=np.int64)
+    nx0 = np.float32(np.float32(IBERT_N) * x0i)
+    s_e = np.float32(np.float32(np.float32(IBERT_A) * np.float32(s * s))
+                     / np.float32(2.0**IBERT_N))
+    emaxs = np.full(ROW_BLOCKS, -1.0, dtype=np.float32)
+    e = y  # pass 1 writes e where y goes (a row's x is read before its e is written)
+    for_size(_ibert_exp_f32_par, rows.size)(rows, vis, s, x0i, nx0, bi, ci, IBERT_N, e,
+                                            rowflag, counts, emaxs)
+    emax = emaxs.max()
+    if emax > 0:
+        s16 = np.float32(np.float32(emax * s_e) / np.float32(IBERT_E16_MAX))
+        m31, shift = _frexp_multiplier(float(s_e) / float(s16))
+        for_size(_ibert_norm_f32_par, e.size)(e, rowflag, float(m31), math.ldexp(1.0, -shift),
+                                              ob, y, counts)
+    else:
+        y[:] = np.nan
+    return counts
 
 
 # --------------------------------------------------------------------------------------------
@@ -655,23 +607,7 @@ def ivit_shiftmax(x, scale: float, out_bits: int = 8, *, exact: bool = False, ma
         >>> y = ivit_shiftmax(np.array([0.0, -0.5, 1.0], np.float32), s)
         >>> y * 2.0**-7          # approximate softmax probabilities
     """
-    s = _check_scale(scale)
-    ob = _check_out_bits(out_bits)
-    ex = _check_bool(exact, "exact")
-    rb = _check_bool(return_stats, "return_stats")
-    rows, restore, vis = _rows_and_mask(x, mask)
-    y = np.empty(rows.shape, dtype=np.float32)
-    counts = np.zeros(_NCOUNT, dtype=np.int64)
-    if ex:
-        _check_exact_range(rows, s)
-        x0 = _floor_frac(-1.0, s)
-        _ivit_exact(rows, vis, float(s), np.int64(x0), IVIT_N, ob, y, counts)
-    else:
-        x0 = np.float32(np.floor(-_div_py(1.0, s)))  # -(1/s): reciprocal then * -1
-        nx0 = np.float32(np.float32(IVIT_N) * x0)
-        _ivit_f32(rows, vis, s, x0, nx0, IVIT_N, ob, y, counts)
-    out = restore(y)
-    return (out, _stats_from(counts, rows.shape[0])) if rb else out
+    return _public_softmax(_ivit_core, x, scale, out_bits, exact, mask, return_stats)
 
 
 def ibert_softmax(x, scale: float, out_bits: int = 8, *, exact: bool = False, mask=None,
@@ -705,70 +641,20 @@ def ibert_softmax(x, scale: float, out_bits: int = 8, *, exact: bool = False, ma
         >>> y = ibert_softmax(np.array([0.0, -0.5, 1.0], np.float32), 0.05)
         >>> y * 2.0**-8
     """
+    return _public_softmax(_ibert_core, x, scale, out_bits, exact, mask, return_stats)
+
+
+def _public_softmax(core, x, scale, out_bits, exact, mask, return_stats):
+    """Validate the arguments of :func:`ivit_shiftmax` / :func:`ibert_softmax`, run ``core``."""
     s = _check_scale(scale)
     ob = _check_out_bits(out_bits)
-    ex = _check_bool(exact, "exact")
-    rb = _check_bool(return_stats, "return_stats")
+    ex = check_bool(exact, "exact")
+    rb = check_bool(return_stats, "return_stats")
     rows, restore, vis = _rows_and_mask(x, mask)
-    R, L = rows.shape
     y = np.empty(rows.shape, dtype=np.float32)
-    counts = np.zeros(_NCOUNT, dtype=np.int64)
-    rowflag = np.zeros(R, dtype=np.int8)
-    if ex:
-        _check_exact_range(rows, s)
-        x0i = _floor_frac(IBERT_X0, s)
-        bi = _floor_frac(IBERT_B, s)
-        ci = math.floor(Fraction(IBERT_C) / Fraction(float(s)) ** 2)
-        if ci < 1:
-            raise ValueError(f"scale {float(s)!r} is too large for I-BERT: floor(c / s**2) = 0")
-        if ci >= IBERT_EXACT_C_MAX:
-            raise ValueError(
-                f"scale {float(s)!r} is too small for exact I-BERT evaluation in int64: "
-                f"floor(c / s**2) = {ci} >= 2**61; use exact=False"
-            )
-        zq = np.empty((R, L), dtype=np.int64)
-        qq = np.zeros((R, L), dtype=np.int64)
-        emax = _ibert_exp_exact(rows, vis, float(s), np.int64(x0i), np.int64(bi), np.int64(ci),
-                                IBERT_N, zq, qq, rowflag, counts)
-        if emax > 0:
-            m31, shift = _frexp_multiplier(IBERT_E16_MAX / emax)
-            _ibert_norm_exact(zq, qq, rowflag, np.int64(m31), shift, IBERT_N, ob, y, counts)
-        else:
-            y[:] = np.nan
-    else:
-        inv = _div_py(1.0, s)  # float32 reciprocal fl(1/s)
-        x0i = np.float32(np.floor(np.float32(inv * np.float32(IBERT_X0))))
-        nx0 = np.float32(np.float32(IBERT_N) * x0i)
-        bi = np.float32(np.floor(np.float32(inv * np.float32(IBERT_B))))
-        s2 = np.float32(s * s)
-        ci = np.float32(np.floor(np.float32(_div_py(1.0, s2) * np.float32(IBERT_C))))
-        if ci < 1:
-            raise ValueError(f"scale {float(s)!r} is too large for I-BERT: floor(c / s**2) = 0")
-        s_e = np.float32(np.float32(np.float32(IBERT_A) * s2) / np.float32(2.0**IBERT_N))
-        e = np.empty((R, L), dtype=np.float32)
-        emax = _ibert_exp_f32(rows, vis, s, x0i, nx0, bi, ci, IBERT_N, e, rowflag, counts)
-        if emax > 0:
-            s16 = np.float32(np.float32(emax * s_e) / np.float32(IBERT_E16_MAX))
-            m31, shift = _frexp_multiplier(float(s_e) / float(s16))
-            _ibert_norm_f32(e, rowflag, float(m31), math.ldexp(1.0, -shift), ob, y, counts)
-        else:
-            y[:] = np.nan
+    counts = core(rows, vis, s, ob, ex, y)
     out = restore(y)
-    return (out, _stats_from(counts, R)) if rb else out
-
-
-def _div_py(a: float, b: np.float32) -> np.float32:
-    """One float32 division (numpy float32 scalars are correctly rounded)."""
-    return np.float32(np.float32(a) / np.float32(b))
-
-
-def _check_exact_range(rows: np.ndarray, s: np.float32) -> None:
-    fin = rows[np.isfinite(rows)]
-    if fin.size and float(np.abs(fin).max()) / float(s) >= EXACT_X_MAX - 0.5:
-        raise ValueError(
-            "exact=True needs integer logits x / scale that fit int32; got max |x / scale| = "
-            f"{float(np.abs(fin).max()) / float(s):.4g}"
-        )
+    return (out, _stats_from(counts, rows.shape[0])) if rb else out
 
 
 def ivit_scale(out_bits: int = 8) -> float:
@@ -782,173 +668,143 @@ def ibert_scale(out_bits: int = 8) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# int8 attention plumbing shared with the HCCS pipeline
+# attention pipelines (schemes "ivit" and "ibert")
 
 
-def quantize_int8(x: np.ndarray, what: str) -> tuple[np.ndarray, float]:
-    """Per-tensor symmetric int8 of a float32 array: ``(codes int8, scale float)`` with
-    ``s = max|x| / 127`` rounded to float32 and ``codes = clamp(RNE(x / s), -127, 127)``
-    (:func:`lowprec.encode` with format ``int8``)."""
-    try:
-        qa = _fmt.encode(x, "int8")
-    except ValueError as err:
-        raise ValueError(f"{what}: {err}") from None
-    return np.asarray(qa.codes), float(np.asarray(qa.scales).reshape(-1)[0])
+@jit(parallel=True)
+def _vis_amax(x, vis):
+    """max |x| over the visible entries (``vis``; (0, 0) = all)."""
+    n, L = x.shape
+    part = np.zeros(n, dtype=np.float32)
+    for r in prange(n):
+        m = np.float32(0.0)
+        for j in range(L):
+            if vis.shape[0] > 0 and not vis[r, j]:
+                continue
+            a = abs(x[r, j])
+            if a > m:
+                m = a
+        part[r] = m
+    return part.max() if n else np.float32(0.0)
 
 
-def int_matmul(a8: np.ndarray, b8: np.ndarray, what: str) -> np.ndarray:
-    """Exact ``a @ b`` of integer arrays ``(B, M, K) @ (B, K, N)`` as int64.
-
-    Computed with a float64 GEMM: every product and partial sum is an integer below 2**53 (the
-    callers check that the int32 result range holds), so any summation order is exact.
-    """
-    prod = np.matmul(a8.astype(np.float64), b8.astype(np.float64))
-    out = prod.astype(np.int64)
-    if out.size and int(np.abs(out).max()) > GEMM_EXACT_MAX:
-        raise ValueError(f"{what} overflows the int32 accumulator")
-    return out
-
-
-def check_gemm_depth(depth: int, amax: int, bmax: int, what: str) -> None:
-    """Raise ValueError when ``depth * amax * bmax`` can exceed the int32 accumulator."""
-    if depth * amax * bmax > GEMM_EXACT_MAX:
-        raise ValueError(
-            f"{what}: {depth} terms of |a| <= {amax}, |b| <= {bmax} can overflow the int32 "
-            f"accumulator (depth must be <= {GEMM_EXACT_MAX // (amax * bmax)})"
-        )
+@jit(parallel=True)
+def _requantize(x, s_x, qmax, codes, coded):
+    """``x = fl32(clamp(RNE(x / s_x), -qmax, qmax) * s_x)`` (float64 quotient), in place; with
+    ``coded`` also ``codes = RNE(x / s_x) + qmax`` (uint8, ``2 qmax + 1 <= 256``)."""
+    n, L = x.shape
+    for r in prange(n):
+        for j in range(L):
+            t = np.rint(np.float64(x[r, j]) / s_x)
+            t = min(max(t, -qmax), qmax)
+            x[r, j] = np.float32(t * s_x)
+            if coded:
+                codes[r, j] = np.uint8(t + qmax)
 
 
-def visibility(prob: Problem) -> tuple[np.ndarray, np.ndarray | None]:
-    """``(vis, add)``: boolean ``(B, Lq, Lk)`` visibility (causal and mask combined) and the
-    finite part of the additive mask as float32 ``(B, Lq, Lk)`` (None when there is no mask)."""
-    vis = np.ones((prob.B, prob.Lq, prob.Lk), dtype=np.bool_)
-    if prob.causal:
-        i = np.arange(prob.Lq)[:, None]
-        j = np.arange(prob.Lk)[None, :]
-        vis &= (j <= i + (prob.Lk - prob.Lq))[None]
-    add = None
-    if prob.mask is not None:
-        planes = prob.mask[prob.mask_map]
-        vis &= planes != -np.inf
-        add = np.where(planes == -np.inf, np.float32(0.0), planes).astype(np.float32)
-    return vis, add
-
-
-def int8_scores(prob: Problem):
-    """The shared first half of the int8 pipelines (``ivit``, ``ibert``, ``hccs``): per-tensor
-    symmetric int8 q, k, v, exact int32 scores ``S = q8 k8^T`` and the visibility/additive mask.
-
-    Returns ``(S, v8, s_q, s_k, s_v, vis, add)``.
-    """
-    q8, s_q = quantize_int8(prob.q, "q")
-    k8, s_k = quantize_int8(prob.k, "k")
-    v8, s_v = quantize_int8(prob.v, "v")
-    check_gemm_depth(prob.d, INT8_QMAX, INT8_QMAX, "q8 k8^T")
-    S = int_matmul(q8, np.swapaxes(k8, 1, 2), "q8 k8^T")
-    vis, add = visibility(prob)
-    return S, v8, s_q, s_k, s_v, vis, add
-
-
-def _int8_attention(prob: Problem, return_stats: bool, softmax_fn, out_scale: float,
-                    out_bits: int, exact: bool, logit_bits):
-    if logit_bits is not None:
-        _check_logit_bits(logit_bits)
-    if prob.B == 0 or prob.Lq == 0 or prob.Lk == 0:
-        out = np.full((prob.B, prob.Lq, prob.dv), np.nan, dtype=np.float32)
-        st = BaselineStats(calls=1, rows=prob.B * prob.Lq, empty_rows=prob.B * prob.Lq)
+def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, out_bits: int,
+                    exact: bool, logit_bits):
+    """The pipeline of :mod:`._surrogate` with logits ``fl32(S s_in + mask)`` (optionally
+    requantised to ``logit_bits``) and the surrogate ``core``; output ``P v8 * s_v * unit``."""
+    lb = _check_logit_bits(logit_bits)
+    B, Lq, Lk = prob.B, prob.Lq, prob.Lk
+    if B == 0 or Lq == 0 or Lk == 0:
+        out = np.zeros((B, Lq, prob.dv), dtype=np.float32)
+        st = BaselineStats(calls=1, rows=B * Lq, empty_rows=B * Lq)
         return out, (st if return_stats else None)
-    S, v8, s_q, s_k, s_v, vis, add = int8_scores(prob)
-    s_in = np.float32(np.float64(s_q) * np.float64(s_k) * prob.scale)
+    qz = quantize_qkv(prob.q, prob.k, prob.v)
+    s_in = np.float32(np.float64(qz.sq_row[0, 0]) * np.float64(qz.sk[0]) * prob.scale)
     if not float(s_in) > 0:
         s_in = np.float32(1.0)  # q or k is all zero: every logit is 0
-    x = S.astype(np.float64) * np.float64(s_in)
-    if add is not None:
-        x = x + add
-    x = x.astype(np.float32)
-    if logit_bits is not None:
-        lb = _check_logit_bits(logit_bits)
+    x = np.empty((B * Lq, Lk), dtype=np.float32)  # logits, then the surrogate's output
+
+    def fill(rows, S, add):
+        for_size(logits_f32, S.size)(S, np.float64(s_in), S if add is None else add,
+                                     add is not None, x[rows])
+
+    fill_logits(prob, qz, fill)
+    vis = visibility(prob)
+    kw = {}
+    if lb is not None:
         qmax = 2 ** (lb - 1) - 1
-        fin = np.abs(x[vis]) if vis.any() else np.zeros(0, np.float32)
-        amax = float(fin.max()) if fin.size else 0.0
+        amax = float(for_size(_vis_amax, x.size)(x, vis))
         s_x = np.float32(amax / qmax) if amax > 0 else np.float32(1.0)
-        xi = np.clip(np.rint(x.astype(np.float64) / np.float64(s_x)), -qmax, qmax)
-        x = (xi * np.float64(s_x)).astype(np.float32)
+        coded = core is _ivit_core and not exact and 2 * qmax + 1 <= CODED_MAX and \
+            Lk >= 2 * (2 * qmax + 1)  # a per-value table pays for itself on long rows
+        cd = np.empty(x.shape, np.uint8) if coded else _NO_CODES
+        for_size(_requantize, x.size)(x, np.float64(s_x), float(qmax), cd, coded)
         s_in = s_x
-    y, st = softmax_fn(x, float(s_in), out_bits, exact=exact, mask=vis, return_stats=True)
-    P = np.where(vis, y, 0.0).astype(np.float64)
-    bad = np.isnan(y).any(axis=2)
-    P[bad] = 0.0
-    O = int_matmul(P, v8, "P v8")
-    out = (O.astype(np.float64) * (np.float64(s_v) * out_scale)).astype(np.float32)
-    out[bad] = np.nan
-    return out, (st if return_stats else None)
-
-
-def _check_logit_bits(b) -> int:
-    if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 2 <= b <= 24:
-        raise ValueError(f"logit_bits must be None or an int in [2, 24], got {b!r}")
-    return int(b)
+        if coded:
+            xvals = ((np.arange(2 * qmax + 1) - qmax) * np.float64(s_x)).astype(np.float32)
+            kw = {"codes": (cd, xvals)}
+    counts = core(x, vis, _check_scale(float(s_in)), out_bits, exact, x, **kw)  # x -> y
+    bad = np.isnan(x[:, 0])  # rows the surrogate gave NaN (no visible key): NaN out
+    x[bad] = 0.0
+    O, _ = exact_attend(x, prob, qz.v8)
+    out = (O * (np.float64(qz.sv[0]) * out_scale)).astype(np.float32)
+    out.reshape((-1, prob.dv))[bad] = np.nan
+    return out, (_stats_from(counts, B * Lq) if return_stats else None)
 
 
 def _ivit_attention(prob: Problem, return_stats: bool, out_bits: int = IVIT_ATTN_OUT_BITS,
                     exact: bool = False, logit_bits=IVIT_ATTN_LOGIT_BITS):
     ob = _check_out_bits(out_bits)
-    return _int8_attention(prob, return_stats, ivit_shiftmax, ivit_scale(ob), ob, exact,
-                           logit_bits)
+    ex = check_bool(exact, "exact")
+    return _int8_attention(prob, return_stats, _ivit_core, ivit_scale(ob), ob, ex, logit_bits)
 
 
 def _ibert_attention(prob: Problem, return_stats: bool, out_bits: int = 8, exact: bool = False,
                      logit_bits=None):
     ob = _check_out_bits(out_bits)
-    return _int8_attention(prob, return_stats, ibert_softmax, ibert_scale(ob), ob, exact,
+    ex = check_bool(exact, "exact")
+    return _int8_attention(prob, return_stats, _ibert_core, ibert_scale(ob), ob, ex,
                            logit_bits)
 
 
-def _surrogate(fn, unit):
-    def run(scores, axis, scale=None, out_bits: int = 8, exact: bool = False):
-        rows, restore = softmax_rows(scores, axis)
-        ob = _check_out_bits(out_bits)
-        fin = np.isfinite(rows)
-        if scale is None:
-            amax = float(np.abs(rows[fin]).max()) if fin.any() else 0.0
-            s = np.float32(amax / INT8_QMAX) if amax > 0 else np.float32(1.0)
-            qmax = INT8_QMAX
-        else:
-            s = _check_scale(scale)
-            qmax = None
-        with np.errstate(invalid="ignore"):
-            xi = np.rint(rows.astype(np.float64) / np.float64(s))
-            if qmax is not None:
-                xi = np.clip(xi, -qmax, qmax)
-            x = np.where(fin, xi * np.float64(s), rows).astype(np.float32)
-        y = fn(x, float(s), ob, exact=exact)
-        return restore((y * np.float32(unit(ob))).astype(np.float32))
-
-    return run
+def _surrogate(core, unit, scores, axis, scale=None, out_bits: int = 8, exact: bool = False):
+    """Softmax surrogate front end: int8-quantised scores (``scale=None``: per tensor), the
+    core, ``y * unit``."""
+    rows, restore = softmax_rows(scores, axis)
+    ob = _check_out_bits(out_bits)
+    ex = check_bool(exact, "exact")
+    fin = np.isfinite(rows)
+    if scale is None:
+        amax = float(np.abs(rows[fin]).max()) if fin.any() else 0.0
+        s = np.float32(amax / INT8_QMAX) if amax > 0 else np.float32(1.0)
+        qmax = INT8_QMAX
+    else:
+        s = _check_scale(scale)
+        qmax = None
+    with np.errstate(invalid="ignore"):
+        xi = np.rint(rows.astype(np.float64) / np.float64(s))
+        if qmax is not None:
+            xi = np.clip(xi, -qmax, qmax)
+        x = np.where(fin, xi * np.float64(s), rows).astype(np.float32)
+    s = _check_scale(float(s))
+    y = np.empty(x.shape, dtype=np.float32)
+    core(x, np.zeros((0, 0), dtype=np.bool_), s, ob, ex, y)
+    return restore((y * np.float32(unit(ob))).astype(np.float32))
 
 
 def _ivit_softmax_scheme(scores, axis, **opts):
-    return _surrogate(ivit_shiftmax, ivit_scale)(scores, axis, **opts)
+    return _surrogate(_ivit_core, ivit_scale, scores, axis, **opts)
 
 
 def _ibert_softmax_scheme(scores, axis, **opts):
-    return _surrogate(ibert_softmax, ibert_scale)(scores, axis, **opts)
+    return _surrogate(_ibert_core, ibert_scale, scores, axis, **opts)
 
 
 register(Scheme("ivit", "int8 q k v, 8-bit logits, I-ViT Shiftmax (16-bit P, float32 order), "
                 "int32 P v",
-                _ivit_attention, options=("out_bits", "exact", "logit_bits")))
+                _ivit_attention, options=("out_bits", "exact", "logit_bits"),
+                stats=BaselineStats, order=90))
 register(Scheme("ibert", "int8 q k v, I-BERT i-exp integer softmax (float32 order), int32 P v",
-                _ibert_attention, options=("out_bits", "exact", "logit_bits")))
+                _ibert_attention, options=("out_bits", "exact", "logit_bits"),
+                stats=BaselineStats, order=100))
 register(Scheme("ivit", "I-ViT Shiftmax on int8-quantised scores (y * 2**-(out_bits-1))",
                 _ivit_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax"))
 register(Scheme("ibert", "I-BERT i-exp softmax on int8-quantised scores (y * 2**-out_bits)",
                 _ibert_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax"))
 
 __all__ = ["ivit_shiftmax", "ibert_softmax", "ivit_scale", "ibert_scale", "BaselineStats",
-           "quantize_int8", "int_matmul", "visibility", "IVIT_N", "IBERT_N",
-           "IVIT_ATTN_LOGIT_BITS", "IVIT_ATTN_OUT_BITS"]
-
-from ..formats._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)
+           "IVIT_N", "IBERT_N", "IVIT_ATTN_LOGIT_BITS", "IVIT_ATTN_OUT_BITS"]

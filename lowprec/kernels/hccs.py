@@ -68,38 +68,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from numba import njit
+from numba import prange
 
 from ..formats._arrays import to_numpy
+from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
-from .baselines import (
-    int8_scores,
-    int_matmul,
-)
-from .tiling import Problem, softmax_rows
+from ._check import bool_mask, check_bool, check_choice, check_int, int_input
+from ._hccs_search import DELTA_BINS, DMAX_MAX, I16_T, INT16_MAX, Z_MIN, _histograms, _search
+from ._int8 import quantize_qkv
+from ._surrogate import NO_VIS, exact_attend, fill_logits, row_block, vis_block, visibility
+from .problem import Problem, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (seed hccs.txt)
 
 PATHS = ("i16_div", "i8_div", "i8_clb")
 _PATH_CODE = {"i16_div": 0, "i8_div": 1, "i8_clb": 2}
-I16_T = 32767  # eq. 6: int16 output target scale
 I8_T = 255  # eq. 8: int8 output target scale
 INV_SHIFT = 15  # eq. 8: R = INV_SHIFT of the reference implementation
 CLB_T_DEFAULT = 255  # eq. 9 with the int8 target scale T = 255
 U8_MAX = 255  # uint8 output saturation
 OUT_SHIFT_MAX = 16
-DMAX_MAX = 127  # section IV-C: clamped distances stay in int8
-Z_MIN = 256  # eq. 11: row sum floor that keeps the int8 reciprocal in int16
-INT16_MAX = 32767  # eq. 11: n * B <= 32767
 X8_MAX = 127  # symmetric int8 logits
-DELTA_BINS = 255  # m - x of int8 logits lies in [0, 254]
 OBJECTIVES = ("sum", "scale")
 REFINE_DEFAULT = 4  # Dmax values refined over every B
-RATIO_GRID = 48  # ratio grid points per Dmax before the golden-section step
-GOLDEN_STEPS = 40
-REFINE_HALF_WIDTH = 2  # S candidates per B: floor(r B) - 1 .. floor(r B) + 2
+ROW_BLOCKS = 64  # row blocks of the parallel core (each with its own counters)
+DEQUANTS = ("scale", "rowsum")
+_NO_LOGITS = np.zeros((1, 1))  # the logits argument of _quantized_logits when not kept
 
 # count slots of the core kernel
 _C_EMPTY, _C_CLIP, _C_SAT, _C_RHO = range(4)
@@ -151,6 +147,10 @@ def _int_array(v, name: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _check_n(n) -> int:
+    return check_int(n, "row length n", 1, INT16_MAX)
+
+
 def check_params(B, S, Dmax, n: int):
     """Validate HCCS parameters for rows of length ``n`` (eq. 4 and 11, section IV-C).
 
@@ -172,9 +172,7 @@ def check_params(B, S, Dmax, n: int):
         >>> check_params(500, 3, 20, 64)        # 3*20 + 4 <= 500 <= 511
         (array(500), array(3), array(20))
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= INT16_MAX:
-        raise ValueError(f"row length n must be an int in [1, {INT16_MAX}], got {n!r}")
-    n = int(n)
+    n = _check_n(n)
     b, s, d = (_int_array(v, nm) for v, nm in ((B, "B"), (S, "S"), (Dmax, "Dmax")))
     try:
         b, s, d = np.broadcast_arrays(b, s, d)
@@ -301,7 +299,7 @@ class HccsParams:
 # Core
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _hccs_rows(x, vis, Bv, Sv, Dv, path, out_shift, clb_t, out, counts):
     """Rows of int8 logits ``x (R, n)`` -> int32 ``out``; per-row int32 parameters."""
     R, n = x.shape
@@ -368,25 +366,18 @@ def _hccs_rows(x, vis, Bv, Sv, Dv, path, out_shift, clb_t, out, counts):
 
 
 def _check_path(path: str) -> int:
-    if not isinstance(path, str) or path not in _PATH_CODE:
-        raise ValueError(f"path {path!r} is not one of {', '.join(PATHS)}")
-    return _PATH_CODE[path]
+    return _PATH_CODE[check_choice(path, "path", PATHS)]
 
 
 def _check_out_shift(out_shift, path: str) -> int:
-    if isinstance(out_shift, bool) or not isinstance(out_shift, (int, np.integer)) or not (
-        0 <= out_shift <= OUT_SHIFT_MAX
-    ):
-        raise ValueError(f"out_shift must be an int in [0, {OUT_SHIFT_MAX}], got {out_shift!r}")
-    if out_shift and path != "i8_div":
+    osh = check_int(out_shift, "out_shift", 0, OUT_SHIFT_MAX)
+    if osh and path != "i8_div":
         raise ValueError(f"out_shift applies only to path 'i8_div', not {path!r}")
-    return int(out_shift)
+    return osh
 
 
 def _check_clb_t(t) -> int:
-    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 1 <= t <= U8_MAX:
-        raise ValueError(f"clb_T must be an int in [1, {U8_MAX}], got {t!r}")
-    return int(t)
+    return check_int(t, "clb_T", 1, U8_MAX)
 
 
 def output_scale(path: str = "i16_div", out_shift: int = 0, clb_T: int = CLB_T_DEFAULT) -> float:
@@ -401,18 +392,13 @@ def output_scale(path: str = "i16_div", out_shift: int = 0, clb_T: int = CLB_T_D
 
 
 def _int8_logits(x8) -> tuple[np.ndarray, bool]:
-    arr, was_torch = to_numpy(x8, "x8")
-    arr = np.asarray(arr)
-    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
-        raise TypeError(f"x8 has dtype {arr.dtype}; allowed: int8 (or an integer dtype with "
-                        "values in [-128, 127])")
+    arr = int_input(x8, "x8", -128, 127,
+                    allowed="int8 (or an integer dtype with values in [-128, 127])",
+                    range_name="the int8 range")
     if arr.ndim < 1:
         raise ValueError("x8 must have at least one dim (rows along the last axis)")
-    if arr.dtype != np.int8:
-        if arr.size and (arr.min() < -128 or arr.max() > 127):
-            raise ValueError("x8 values must lie in the int8 range [-128, 127]")
-        arr = arr.astype(np.int8)
-    return np.ascontiguousarray(arr), was_torch
+    return np.ascontiguousarray(arr, dtype=np.int8), not isinstance(x8, np.ndarray) and \
+        hasattr(x8, "numpy")
 
 
 def _row_params(v: np.ndarray, lead: tuple, name: str) -> np.ndarray:
@@ -459,8 +445,7 @@ def hccs_core(x8, B, S, Dmax, path: str = "i16_div", out_shift: int = 0, *,
     code = _check_path(path)
     osh = _check_out_shift(out_shift, path)
     ct = _check_clb_t(clb_T)
-    if not isinstance(return_stats, (bool, np.bool_)):
-        raise TypeError("return_stats must be a bool")
+    check_bool(return_stats, "return_stats")
     x, was_torch = _int8_logits(x8)
     n = x.shape[-1]
     lead = x.shape[:-1]
@@ -472,15 +457,33 @@ def hccs_core(x8, B, S, Dmax, path: str = "i16_div", out_shift: int = 0, *,
         return _wrap(out, was_torch, st, return_stats)
     b, s, d = check_params(B, S, Dmax, n)
     Bv, Sv, Dv = (_row_params(v, lead, nm) for v, nm in ((b, "B"), (s, "S"), (d, "Dmax")))
-    vis = _mask_rows(mask, x.shape, rows.shape)
+    vis = np.zeros((0, 0), dtype=np.bool_) if mask is None else \
+        bool_mask(mask, x.shape).reshape(rows.shape)
     out32 = np.empty(rows.shape, dtype=np.int32)
-    counts = np.zeros(4, dtype=np.int64)
-    _hccs_rows(rows, vis, Bv, Sv, Dv, code, osh, ct, out32, counts)
+    counts = _core(rows, vis, Bv, Sv, Dv, code, osh, ct, out32)
     out = out32.astype(np.int16 if code == 0 else np.uint8).reshape(x.shape)
-    st = HccsStats(calls=1, rows=R, empty_rows=int(counts[_C_EMPTY]),
-                   clipped=int(counts[_C_CLIP]), out_saturated=int(counts[_C_SAT]),
-                   rho_int16_overflow=int(counts[_C_RHO]))
-    return _wrap(out, was_torch, st, return_stats)
+    return _wrap(out, was_torch, _core_stats(counts, R), return_stats)
+
+
+@jit(parallel=True)
+def _hccs_rows_par(x, vis, Bv, Sv, Dv, path, out_shift, clb_t, out, counts):
+    for t in prange(counts.shape[0]):
+        r0, r1 = row_block(t, x.shape[0], counts.shape[0])
+        _hccs_rows(x[r0:r1], vis_block(vis, r0, r1), Bv[r0:r1], Sv[r0:r1], Dv[r0:r1], path,
+                   out_shift, clb_t, out[r0:r1], counts[t])
+
+
+def _core(rows, vis, Bv, Sv, Dv, code, osh, ct, out32) -> np.ndarray:
+    """The HCCS core on validated int8 rows (in row blocks, in parallel): counters (4,)."""
+    counts = np.zeros((ROW_BLOCKS, 4), dtype=np.int64)
+    for_size(_hccs_rows_par, rows.size)(rows, vis, Bv, Sv, Dv, code, osh, ct, out32, counts)
+    return counts.sum(axis=0)
+
+
+def _core_stats(counts: np.ndarray, rows: int) -> HccsStats:
+    return HccsStats(calls=1, rows=rows, empty_rows=int(counts[_C_EMPTY]),
+                     clipped=int(counts[_C_CLIP]), out_saturated=int(counts[_C_SAT]),
+                     rho_int16_overflow=int(counts[_C_RHO]))
 
 
 def _wrap(out, was_torch, st, return_stats):
@@ -491,194 +494,8 @@ def _wrap(out, was_torch, st, return_stats):
     return (out, st) if return_stats else out
 
 
-def _mask_rows(mask, shape, rows_shape) -> np.ndarray:
-    if mask is None:
-        return np.zeros((0, 0), dtype=np.bool_)
-    m, _ = to_numpy(mask, "mask")
-    m = np.asarray(m)
-    if m.dtype != np.bool_:
-        raise TypeError(f"mask has dtype {m.dtype}; allowed: bool (True = take part)")
-    try:
-        mb = np.broadcast_to(m, shape)
-    except ValueError:
-        raise ValueError(f"mask of shape {m.shape} does not broadcast to {shape}") from None
-    return np.ascontiguousarray(mb).reshape(rows_shape)
-
-
 # --------------------------------------------------------------------------------------------
 # Calibration
-
-
-@njit(cache=True, nogil=True)
-def _histograms(x8, vis, qref, qraw, N, M):
-    """Per-row statistics of the clamped distances for every Dmax in 0..127.
-
-    qraw[d] += mass of softmax(qref) at raw distance d (summed over rows); N[r] = visible
-    count; M[r, D] = sum over visible entries of min(m - x, D).  Returns the summed
-    ``sum q log q`` over rows.
-    """
-    R, n = x8.shape
-    cnt = np.zeros(DELTA_BINS, np.int64)
-    ent = 0.0
-    for r in range(R):
-        m = -129
-        for j in range(n):
-            if vis[r, j] and x8[r, j] > m:
-                m = np.int64(x8[r, j])
-        for d in range(DELTA_BINS):
-            cnt[d] = 0
-        nv = 0
-        for j in range(n):
-            if not vis[r, j]:
-                continue
-            d = m - np.int64(x8[r, j])
-            cnt[d] += 1
-            qv = qref[r, j]
-            qraw[d] += qv
-            if qv > 0:
-                ent += qv * np.log(qv)
-            nv += 1
-        N[r] = nv
-        # M[r, D] = sum_d cnt[d] * min(d, D); M(D) = M(D-1) + #{d >= D}
-        ge = nv - cnt[0]  # entries with d >= 1
-        acc = 0
-        M[r, 0] = 0
-        for D in range(1, DMAX_MAX + 1):
-            acc += ge
-            M[r, D] = acc
-            ge -= cnt[D]
-    return ent
-
-
-@njit(cache=True, nogil=True)
-def _groups(N, MD, width):
-    """Unique (N, M) pairs with counts (keys N * width + M, sorted)."""
-    R = N.shape[0]
-    keys = np.empty(R, np.int64)
-    for r in range(R):
-        keys[r] = N[r] * width + MD[r]
-    keys.sort()
-    Nu = np.empty(R, np.int64)
-    Mu = np.empty(R, np.int64)
-    wu = np.empty(R, np.float64)
-    u = -1
-    last = -1
-    for r in range(R):
-        if keys[r] != last:
-            u += 1
-            last = keys[r]
-            Nu[u] = keys[r] // width
-            Mu[u] = keys[r] % width
-            wu[u] = 0.0
-        wu[u] += 1.0
-    return Nu[:u + 1], Mu[:u + 1], wu[:u + 1] / R
-
-
-@njit(inline="always", cache=True)
-def _cost(qbar, tail, D, Nu, Mu, wu, B, S, objective):
-    """Mean over rows of ``- sum q log s + log Z`` (plus the constant entropy term)."""
-    c = 0.0
-    for d in range(D):
-        if qbar[d] > 0:
-            c -= qbar[d] * np.log(B - S * d)
-    if tail[D] > 0:
-        c -= tail[D] * np.log(B - S * D)
-    if objective == 0:
-        for u in range(Nu.shape[0]):
-            c += wu[u] * np.log(B * Nu[u] - S * Mu[u])
-    else:
-        for u in range(Nu.shape[0]):
-            z = B * Nu[u] - S * Mu[u]
-            c += wu[u] * (np.log(I16_T) - np.log(I16_T // z))
-    return c
-
-
-@njit(cache=True, nogil=True)
-def _ratio_opt(qbar, tail, D, Nu, Mu, wu, rmax):
-    """Minimise the ``"sum"`` objective over the real ratio ``r = S / B`` in [0, rmax] for one
-    Dmax (it depends on (B, S) only through r): a grid of RATIO_GRID points, then golden
-    section around the best.  Returns (r, cost)."""
-    g = RATIO_GRID
-    best_r = 0.0
-    best_c = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, 0.0, 0)
-    for i in range(1, g + 1):
-        r = rmax * i / g
-        c = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, r, 0)
-        if c < best_c:
-            best_c = c
-            best_r = r
-    lo = max(0.0, best_r - rmax / g)
-    hi = min(rmax, best_r + rmax / g)
-    inv_phi = 0.6180339887498949
-    a = hi - inv_phi * (hi - lo)
-    b = lo + inv_phi * (hi - lo)
-    ca = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, a, 0)
-    cb = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, b, 0)
-    for _ in range(GOLDEN_STEPS):
-        if ca < cb:
-            hi = b
-            b = a
-            cb = ca
-            a = hi - inv_phi * (hi - lo)
-            ca = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, a, 0)
-        else:
-            lo = a
-            a = b
-            ca = cb
-            b = lo + inv_phi * (hi - lo)
-            cb = _cost(qbar, tail, D, Nu, Mu, wu, 1.0, b, 0)
-    if ca < best_c:
-        best_c = ca
-        best_r = a
-    if cb < best_c:
-        best_c = cb
-        best_r = b
-    return best_r, best_c
-
-
-@njit(cache=True, nogil=True)
-def _search(qbar, N, M, n, objective, exhaustive, refine):
-    """Grid search over integer (B, S, Dmax); returns (B, S, Dmax, cost)."""
-    lo_add = (Z_MIN + n - 1) // n
-    bmax = INT16_MAX // n
-    tail = np.zeros(DMAX_MAX + 1)
-    for D in range(DMAX_MAX + 1):
-        t = 0.0
-        for d in range(D, DELTA_BINS):
-            t += qbar[d]
-        tail[D] = t
-    width = np.int64(n) * DELTA_BINS + 1
-    best = (np.int64(bmax), np.int64(0), np.int64(1), np.inf)
-    if exhaustive:
-        for D in range(1, DMAX_MAX + 1):
-            Nu, Mu, wu = _groups(N, M[:, D], width)
-            for B in range(lo_add, bmax + 1):
-                for S in range((B - lo_add) // D + 1):
-                    c = _cost(qbar, tail, D, Nu, Mu, wu, B, S, objective)
-                    if c < best[3]:
-                        best = (np.int64(B), np.int64(S), np.int64(D), c)
-        return best
-    # 1. per Dmax, the best real ratio S / B (ranks the Dmax values)
-    ropt = np.zeros(DMAX_MAX + 1)
-    copt = np.full(DMAX_MAX + 1, np.inf)
-    for D in range(1, DMAX_MAX + 1):
-        Nu, Mu, wu = _groups(N, M[:, D], width)
-        rmax = (bmax - lo_add) / (bmax * D)
-        ropt[D], copt[D] = _ratio_opt(qbar, tail, D, Nu, Mu, wu, rmax)
-    # 2. for the best `refine` Dmax values: every B with the integers S next to ratio * B
-    order = np.argsort(copt[1:]) + 1
-    for t in range(min(refine, DMAX_MAX)):
-        D = order[t]
-        Nu, Mu, wu = _groups(N, M[:, D], width)
-        for B in range(lo_add, bmax + 1):
-            s_mid = np.int64(np.floor(ropt[D] * B))
-            s_cap = (B - lo_add) // D
-            for S in range(max(s_mid - REFINE_HALF_WIDTH + 1, 0),
-                           min(s_mid + REFINE_HALF_WIDTH, s_cap) + 1):
-                c = _cost(qbar, tail, D, Nu, Mu, wu, B, S, objective)
-                if c < best[3]:
-                    best = (np.int64(B), np.int64(S), np.int64(D), c)
-    return best
 
 
 def _head_rows(h, what: str) -> np.ndarray:
@@ -777,14 +594,10 @@ def calibrate(logits_per_head, *, n: int | None = None, x_scales=None,
         >>> p = calibrate(heads)
         >>> p.B, p.S, p.Dmax, p.kl
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    if reference not in ("quantized", "float"):
-        raise ValueError(f"reference {reference!r} is not one of quantized, float")
-    if not isinstance(exhaustive, (bool, np.bool_)):
-        raise TypeError("exhaustive must be a bool")
-    if isinstance(refine, bool) or not isinstance(refine, (int, np.integer)) or refine < 1:
-        raise ValueError(f"refine must be a positive int, got {refine!r}")
+    check_choice(objective, "objective", OBJECTIVES)
+    check_choice(reference, "reference", ("quantized", "float"))
+    check_bool(exhaustive, "exhaustive")
+    check_int(refine, "refine", 1, what="a positive int")
     if isinstance(logits_per_head, (list, tuple)):
         heads = [_head_rows(h, f"logits_per_head[{i}]") for i, h in enumerate(logits_per_head)]
     else:
@@ -797,9 +610,7 @@ def calibrate(logits_per_head, *, n: int | None = None, x_scales=None,
     widths = {h.shape[1] for h in heads}
     if len(widths) != 1:
         raise ValueError(f"every head must have the same row length, got {sorted(widths)}")
-    nn = widths.pop() if n is None else n
-    if isinstance(nn, bool) or not isinstance(nn, (int, np.integer)) or not 1 <= nn <= INT16_MAX:
-        raise ValueError(f"row length n must be an int in [1, {INT16_MAX}], got {nn!r}")
+    nn = _check_n(widths.pop() if n is None else n)
     if x_scales is None:
         scales = [None] * len(heads)
     else:
@@ -826,12 +637,38 @@ def _check_params_obj(params) -> HccsParams | None:
                     f"{type(params).__name__}")
 
 
+@jit(parallel=True)
+def _quantized_logits(S, c, add, has_add, xs, vis, x8, logits, keep):
+    """Per row ``r`` (head scale ``xs[r]``): ``t = RNE(fl64(S c (+ add)) / xs)`` clamped to
+    [-127, 127] into int8 ``x8``; with ``keep`` the float64 logits go to ``logits`` too.
+    Returns how many visible logits (``vis``; ``(0, 0)`` = all) were clamped."""
+    n, L = S.shape
+    use_vis = vis.shape[0] > 0
+    sat = np.zeros(n, dtype=np.int64)
+    for r in prange(n):
+        d = xs[r]
+        cnt = 0
+        for j in range(L):
+            lg = np.float64(S[r, j]) * c
+            if has_add:
+                lg = lg + np.float64(add[r, j])
+            if keep:
+                logits[r, j] = lg
+            t = np.rint(lg / d)
+            if t > X8_MAX or t < -X8_MAX:
+                t = min(max(t, -X8_MAX), X8_MAX)
+                if not use_vis or vis[r, j]:
+                    cnt += 1
+            x8[r, j] = np.int8(t)
+        sat[r] = cnt
+    return sat.sum()
+
+
 def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = "i16_div",
                     out_shift: int = 0, clb_T: int = CLB_T_DEFAULT, dequant: str = "scale"):
     params = _check_params_obj(params)
     unit = output_scale(path, out_shift, clb_T)
-    if dequant not in ("scale", "rowsum"):
-        raise ValueError(f"dequant {dequant!r} is not one of scale, rowsum")
+    check_choice(dequant, "dequant", DEQUANTS)
     H = prob.lead[-1] if prob.lead else 1
     if params is not None and params.heads not in (1, H):
         raise ValueError(
@@ -843,43 +680,54 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
     if params is not None and Lk and params.n != Lk:
         check_params(params.B, params.S, params.Dmax, Lk)  # raises if invalid for this Lk
     if Bn == 0 or Lq == 0 or Lk == 0:
-        out = np.full((Bn, Lq, prob.dv), np.nan, dtype=np.float32)
+        out = np.zeros((Bn, Lq, prob.dv), dtype=np.float32)
         st = HccsStats(calls=1, rows=Bn * Lq, empty_rows=Bn * Lq)
         return out, (st if return_stats else None)
-    S32, v8, s_q, s_k, s_v, vis, add = int8_scores(prob)
-    c = np.float64(s_q) * np.float64(s_k) * prob.scale
-    logits = S32.astype(np.float64) * c
-    if add is not None:
-        logits = logits + add
-    logits = np.where(vis, logits, -np.inf)
-    per_head = logits.reshape((Bn // H, H, Lq, Lk))
-    vis_h = vis.reshape(per_head.shape)
-    if params is None:
+    qz = quantize_qkv(prob.q, prob.k, prob.v)
+    s_v = qz.sv[0]
+    c = np.float64(qz.sq_row[0, 0]) * np.float64(qz.sk[0]) * prob.scale
+    head = np.repeat(np.arange(Bn) % H, Lq)  # the head of each flat row
+    vis = visibility(prob)
+    x8 = np.empty((Bn * Lq, Lk), dtype=np.int8)
+    if params is None:  # the float64 logits (masked: -inf) of every head, then calibrate
+        logits = np.empty((Bn * Lq, Lk), dtype=np.float64)
+
+        def keep(rows, S, add):
+            for_size(_quantized_logits, S.size)(S, c, S if add is None else add, add is not None,
+                              np.ones(S.shape[0]), NO_VIS, x8[rows], logits[rows], True)
+
+        fill_logits(prob, qz, keep)
+        if vis.shape[0]:
+            logits[~vis] = -np.inf
+        per_head = logits.reshape((Bn // H, H, Lq, Lk))
+        vis_h = vis.reshape(per_head.shape) if vis.shape[0] else \
+            np.ones(per_head.shape, dtype=bool)
         params = _calibrate_heads(per_head, vis_h, Lk)
+    xs = np.broadcast_to(params.x_scale, (H,))[head]
+    sat = 0
 
-    def head_param(a):
-        return np.broadcast_to(a, (H,)).reshape((1, H, 1))
+    def quantise(rows, S, add):
+        nonlocal sat
+        kernel = for_size(_quantized_logits, S.size)
+        sat += int(kernel(S, c, S if add is None else add, add is not None, xs[rows],
+                          vis[rows] if vis.shape[0] else NO_VIS, x8[rows], _NO_LOGITS, False))
 
-    xs = head_param(params.x_scale)[..., None]
-    with np.errstate(invalid="ignore"):
-        t = np.rint(np.where(vis_h, per_head, 0.0) / xs)
-    sat = int(((t > X8_MAX) | (t < -X8_MAX)).sum())
-    x8 = np.clip(t, -X8_MAX, X8_MAX).astype(np.int8)
-    p, st = hccs_core(x8, head_param(params.B), head_param(params.S), head_param(params.Dmax),
-                      path, out_shift, clb_T=clb_T, mask=vis_h, return_stats=True)
-    P = p.reshape((Bn, Lq, Lk)).astype(np.int64)
-    O = int_matmul(P, v8, "P v8").astype(np.float64)
-    empty = ~vis.any(axis=2)
+    fill_logits(prob, qz, quantise)
+    Bv, Sv, Dv = (np.ascontiguousarray(np.broadcast_to(a, (H,))[head], dtype=np.int32)
+                  for a in (params.B, params.S, params.Dmax))
+    P32 = np.empty(x8.shape, dtype=np.int32)
+    counts = _core(x8, vis, Bv, Sv, Dv, _check_path(path), _check_out_shift(out_shift, path),
+                   _check_clb_t(clb_T), P32)
+    O, rowsum = exact_attend(P32.astype(np.float32), prob, qz.v8)
     if dequant == "scale":
         out = O * (np.float64(s_v) * unit)
     else:
-        tot = P.sum(axis=2, keepdims=True).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            out = O * np.float64(s_v) / tot
+            out = O * np.float64(s_v) / rowsum[..., None]
     out = out.astype(np.float32)
-    out[empty] = np.nan
     if not return_stats:
         return out, None
+    st = _core_stats(counts, Bn * Lq)
     st.logit_saturated = sat
     st.params = [params.to_dict()]
     return out, st
@@ -966,14 +814,11 @@ def _hccs_softmax_scheme(scores, axis, **opts):
 
 
 register(Scheme("hccs", "int8 q k v, HCCS clipped-linear integer softmax (per-head calibrated)",
-                _hccs_attention, options=("params", "path", "out_shift", "clb_T", "dequant")))
+                _hccs_attention, options=("params", "path", "out_shift", "clb_T", "dequant"),
+                shape_dependent=("params",), stats=HccsStats, order=80))
 register(Scheme("hccs", "HCCS clipped-linear integer softmax surrogate on int8 scores",
                 _hccs_softmax_scheme, options=("params", "path", "out_shift", "clb_T"),
                 kind="softmax"))
 
 __all__ = ["hccs_core", "check_params", "calibrate", "HccsParams", "HccsStats", "hccs_softmax",
            "output_scale", "PATHS"]
-
-from ..formats._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

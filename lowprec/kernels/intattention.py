@@ -37,8 +37,6 @@ Float pipelines (``lp.attention(..., scheme=...)``)
   ``P8 = RNE(fp32(127 p))`` as int8, ``O = (P8 v8) * s_v / 127``.
 * ``index_softmax_only``: float32 scores with the LUT softmax of :func:`index_softmax_float`,
   ``O = P v`` (float64 accumulation of the float32 ``P``).
-* ``exaq``: float32 scores, EXAQ's clipped ``bits``-bit quantisation of the max-centred scores
-  (:func:`exaq_softmax`), float softmax, ``O = P v``.
 
 Granularity (section 3.3, eq. 16-18), option ``granularity``:
 
@@ -66,132 +64,58 @@ attention); non-finite q, k, v raise ValueError (the int8 scale needs a finite `
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 import numpy as np
-from numba import njit
+from numba import prange
 
-from ..formats import api as _fmt
 from ..formats._arrays import to_numpy
-from ..stats import Stats
+from ..formats._jit import for_size, jit
+from ..stats import IntAttentionStats
 from . import Scheme, register
-from .tiling import Problem, check_block, softmax_rows
+from ._check import bool_mask, check_bool, check_choice, check_int, check_real
+from ._int8 import INT8_QMAX, exact_pv, int_scores, quantize_qkv
+from ._intattention_rows import (
+    _I_CLIPPED,
+    _I_DOVF,
+    _I_EMPTY,
+    _I_NSOVF,
+    _I_PSUM,
+    _I_VIS,
+    _I_WRAP,
+    _I_ZERO,
+    _MODE_FLOOR,
+    _MODE_NEAREST,
+    _N_INFO,
+    DEPLOY_ROUND,
+    DEPLOY_SHIFT,
+    INT32_MAX,
+    _fused_rows,
+    _index_rows,
+)
+from ._scores import (
+    ALL_VISIBLE,
+    float64_operands,
+    float_rows_output,
+    float_scores,
+    nan_rows,
+)
+from .problem import Problem, check_block, each_chunk, softmax_rows
 
 BITS_DEFAULT = 5  # attention.md 3: b = 5, a 32-entry LUT (paper section 4.4)
 C_DEFAULT = 6.6  # attention.md 3: clipping threshold c (paper section 4.4)
 BITS_MAX = 8  # indices are stored in uint8 while a row is processed
 LUT_SCALE = 255  # eq. 13: LUT entries are RNE(255 * exp(...))
 P_SCALES = {"uint8": 255, "int8": 127}  # eq. 15 (x255); Table 9's INT8 P (x127)
-INT8_QMAX = 127  # eq. 3: symmetric int8 range [-127, 127]
-INT8_ROUND_LIMIT = 127.5  # |x / s| above this is clamped (counted as saturation)
-INT32_MAX = 2**31 - 1
 LOGIT_LIMIT = 2**30 - 1  # logits + mask bias saturate here, so rowmax - S fits int32
-DEPLOY_SHIFT = 26  # Q26 index multiplier of the authors' NEON kernel
-DEPLOY_ROUND = 1 << (DEPLOY_SHIFT - 1)  # rounding term of vrshrq_n_s32(x, 26)
-DEPLOY_NORM = 255 * 256  # 65280: numerator of the 8-bit reciprocal ns (Q8)
 DEPLOY_T_MAX = 2**24 - 1  # the kernel computes T and mult in float32: T must be exact there
 NEON_LANES = 16  # columns per vector step of the NEON kernel (the rest is the scalar tail)
-UINT16_MOD = 1 << 16
 BLOCK_DEFAULT = 128  # per_block: query tokens per scale block
 INDEX_ROUNDINGS = ("floor", "nearest")
 GRANULARITIES = ("per_tensor", "per_channel", "per_block")
 P_FORMATS = tuple(P_SCALES)
-#: EXAQ's clipping rule ``C = a * sigma + b`` per bit width (attention.md 3, EXAQ Table 1).
-EXAQ_AB = {2: (-1.66, -1.85), 3: (-1.75, -2.06), 4: (-1.83, -2.27)}
-EXAQ_BITS_DEFAULT = 3
-EXAQ_C_FALLBACK = -1e-6  # used when C is not finite or not negative (authors' safeguard)
-CHUNK_ELEMS = 1 << 22  # logits per step of the float pipelines (bounds memory)
-F32_EXACT = 1 << 24  # integers up to this are exact in float32: int8 GEMMs run in float32 BLAS
-# while every partial sum stays below it (127 * 127 * d <= 2**24 for d <= 1040)
-
-_MODE_FLOOR = 0
-_MODE_NEAREST = 1
-# per-row counters written by the core kernel
-_I_CLIPPED, _I_ZERO, _I_EMPTY, _I_WRAP, _I_NSOVF, _I_DOVF, _I_VIS, _I_PSUM = range(8)
-_N_INFO = 8
 
 
 # --------------------------------------------------------------------------------------------
 # Statistics
-
-
-@dataclass
-class IntAttentionStats(Stats):
-    """Statistics of the IntAttention family (specs/attention.md sections 3 and 8).
-
-    Totals are summed over calls; the ``c_int`` and ``head_*`` lists hold one entry per call.
-    ``intattention`` and :func:`index_softmax` fill every field but ``exaq_clip``;
-    ``quant_only`` fills ``calls``, ``rows``, ``empty_rows``, ``quantized``, ``saturated``;
-    ``index_softmax_only`` fills ``calls``, ``rows``, ``empty_rows``; ``exaq`` also ``logits``
-    and ``exaq_clip``.
-
-    Attributes:
-        calls: number of calls merged (core or attention calls).
-        rows: softmax rows processed.
-        empty_rows: rows without a visible key (NaN output rows of the pipelines).
-        logits: visible logits processed.
-        clipped: visible logits with ``rowmax - S >= c_int`` (eq. 9 saturates them; the LUT gives
-            them its last entry, 0): the sparsity of the clipping.
-        zero_exp: visible logits whose LUT value is 0 (``clipped`` plus small-table zeros).
-        quantized: q, k, v elements quantised to int8 by the pipelines.
-        saturated: of those, elements with ``|x / s| > 127.5`` (clamped to +-127; always 0 with
-            data-derived scales, kept so every scheme reports it).
-        mask_saturated: logits whose sum with the mask bias saturated to ``+-(2**30 - 1)``.
-        uint16_wraps: ``deploy=True``: rows whose row sum exceeded 65535 (it wrapped).
-        reciprocal_overflows: ``deploy=True``: rows whose wrapped sum was below 255, so the 8-bit
-            reciprocal ``ns`` did not fit (see the module docstring).
-        diff_overflows: logits whose ``rowmax - S`` exceeded int32 (core on wide-range input;
-            computed exactly here, an int32 kernel would wrap).
-        c_int: per call, int64 array ``(B, groups)`` of the thresholds used (``T`` in deploy
-            mode; groups: 1, or query blocks with ``per_block``); core calls record theirs
-            per row group as given (broadcast shape).
-        head_logits, head_clipped, head_wraps: per call, int64 ``(B,)`` per (batch, head)
-            entry (leading dims flattened; the core flattens all leading dims into one entry).
-        exaq_clip: per ``exaq`` call, ``[sigma, C, lo]``: the population std of the max-centred
-            scores, EXAQ's ``C = a sigma + b`` and the lower clip ``max(C, min)``.
-    """
-
-    calls: int = 0
-    rows: int = 0
-    empty_rows: int = 0
-    logits: int = 0
-    clipped: int = 0
-    zero_exp: int = 0
-    quantized: int = 0
-    saturated: int = 0
-    mask_saturated: int = 0
-    uint16_wraps: int = 0
-    reciprocal_overflows: int = 0
-    diff_overflows: int = 0
-    c_int: list = field(default_factory=list)
-    head_logits: list = field(default_factory=list)
-    head_clipped: list = field(default_factory=list)
-    head_wraps: list = field(default_factory=list)
-    exaq_clip: list = field(default_factory=list)
-
-    _derived = ("clip_rate", "zero_rate", "saturation_rate", "wrap_rate")
-
-
-    @property
-    def clip_rate(self) -> float:
-        """``clipped / logits`` (0.0 when nothing was recorded)."""
-        return self.clipped / self.logits if self.logits else 0.0
-
-    @property
-    def zero_rate(self) -> float:
-        """``zero_exp / logits``: the share of visible logits that contribute nothing."""
-        return self.zero_exp / self.logits if self.logits else 0.0
-
-    @property
-    def saturation_rate(self) -> float:
-        """``saturated / quantized`` (0.0 when nothing was quantised)."""
-        return self.saturated / self.quantized if self.quantized else 0.0
-
-    @property
-    def wrap_rate(self) -> float:
-        """``uint16_wraps / rows`` (deploy mode; 0.0 otherwise)."""
-        return self.uint16_wraps / self.rows if self.rows else 0.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,30 +123,16 @@ class IntAttentionStats(Stats):
 
 
 def _check_bits(bits, lo: int = 1, hi: int = BITS_MAX) -> int:
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not lo <= bits <= hi:
-        raise ValueError(f"bits must be an int in {lo}..{hi}, got {bits!r}")
-    return int(bits)
+    return check_int(bits, "bits", lo, hi)
 
 
 def _check_c(c) -> float:
-    if isinstance(c, bool) or not isinstance(c, (int, float, np.integer, np.floating)):
-        raise TypeError(f"c must be a real number, got {type(c).__name__}")
-    cf = float(c)
-    if not (math.isfinite(cf) and cf > 0):
-        raise ValueError(f"c must be finite and > 0, got {c!r}")
-    return cf
+    return check_real(c, "c", positive=True)
 
 
-def _check_choice(value, name: str, allowed: tuple) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"{name} {value!r} is not one of {', '.join(allowed)}")
-    return value
-
-
-def _check_flag(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return bool(value)
+def _index_mode(index_rounding) -> int:
+    rounding = check_choice(index_rounding, "index_rounding", INDEX_ROUNDINGS)
+    return _MODE_FLOOR if rounding == "floor" else _MODE_NEAREST
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,10 +238,8 @@ def deploy_multiplier(c_int: int, bits: int = BITS_DEFAULT) -> int:
         315208
     """
     b = _check_bits(bits, 1, 5)
-    if isinstance(c_int, bool) or not isinstance(c_int, (int, np.integer)) or \
-            not 1 <= c_int <= DEPLOY_T_MAX:
-        raise ValueError(f"deploy c_int (T) must be an int in 1..{DEPLOY_T_MAX}, got {c_int!r}")
-    return _deploy_mult(int(c_int), (1 << b) - 1)
+    t = check_int(c_int, "deploy c_int (T)", 1, DEPLOY_T_MAX)
+    return _deploy_mult(t, (1 << b) - 1)
 
 
 def _deploy_mult(t: int, nb: int) -> int:
@@ -344,233 +252,21 @@ def _deploy_mult(t: int, nb: int) -> int:
 # Numba kernels (plain arrays and ints)
 
 
-@njit(inline="always", cache=True)
-def _index_of(dd, c, c32, nb, mode, deploy, mr, vector):
-    """LUT index of a clipped distance ``dd`` in ``[0, c]`` (attention.md 3 step 3)."""
-    if deploy:
-        prod = dd * mr
-        if vector:
-            return (prod + DEPLOY_ROUND) >> DEPLOY_SHIFT
-        return prod >> DEPLOY_SHIFT
-    if mode == _MODE_FLOOR:
-        # trunc(fp32(nb * D') / fp32(c_int)): one float32 rounding of the product, one float32
-        # division (LLVM's fdiv float is correctly rounded)
-        return min(np.int64(np.float32(np.float32(nb * dd) / c32)), nb)
-    num = nb * dd  # "nearest": the exact quotient rounded half to even
-    qq = num // c
-    rr = num - qq * c
-    if 2 * rr > c or (2 * rr == c and (qq & 1) == 1):
-        qq += 1
-    return qq
-
-
-@njit(cache=True, nogil=True)
-def _index_rows(s, cint, lim, vis, has_vis, lut, nb, mode, pmax, deploy, mult, tail_from, out,
-                info):
-    """IndexSoftmax of every row of ``s`` (N, L) int32 into ``out`` (N, L) uint8.
-
-    ``cint`` (N,) int64 thresholds (``T`` in deploy mode); key ``j`` of row ``r`` is visible iff
-    ``j <= lim[r]`` and (``vis[r, j]`` when ``has_vis``); ``lut`` (nb + 1,) int64, non-increasing
-    with ``lut[nb] = 0``; ``mult`` (N,) int64 (deploy); columns ``>= tail_from`` use the NEON
-    scalar tail (deploy); ``info`` (N, 8) int64 per-row counters (see ``_I_*``).
-
-    Each row takes three passes: the visible max; the index of every key (stored in ``out``;
-    masked keys get ``nb``, whose LUT value is 0) with the exact sum ``Z``; the map from index
-    to probability through a per-row table (E takes at most ``nb + 1`` values, so the one
-    division of eq. 15 per table entry gives every element's result).
-    """
-    N, L = s.shape
-    ne = nb + 1
-    iz = nb  # first index whose LUT value is 0 (the LUT is non-increasing)
-    while iz > 0 and lut[iz - 1] == 0:
-        iz -= 1
-    ptab = np.zeros(ne, np.int64)
-    ttab = np.zeros(ne, np.int64)
-    for r in range(N):
-        for t in range(_N_INFO):
-            info[r, t] = 0
-        c = cint[r]
-        c32 = np.float32(c)
-        top = min(lim[r], L - 1)
-        m = np.int64(0)
-        nvis = 0
-        for j in range(top + 1):
-            if has_vis and not vis[r, j]:
-                continue
-            x = np.int64(s[r, j])
-            if nvis == 0 or x > m:
-                m = x
-            nvis += 1
-        if nvis == 0:
-            for j in range(L):
-                out[r, j] = 0
-            info[r, _I_EMPTY] = 1
-            continue
-        z = np.int64(0)
-        clipped = 0
-        zero = 0
-        dovf = 0
-        mr = mult[r] if deploy else np.int64(0)
-        for j in range(top + 1):
-            if has_vis and not vis[r, j]:
-                out[r, j] = nb
-                continue
-            dd = m - np.int64(s[r, j])
-            dovf += dd > INT32_MAX
-            clipped += dd >= c
-            idx = _index_of(min(dd, c), c, c32, nb, mode, deploy, mr, j < tail_from)
-            out[r, j] = idx
-            z += lut[idx]
-            zero += idx >= iz
-        for j in range(top + 1, L):
-            out[r, j] = nb
-        wrap = 0
-        nsovf = 0
-        if deploy:
-            z16 = z & (UINT16_MOD - 1)
-            if z >= UINT16_MOD:
-                wrap = 1
-            if z16 == pmax:  # the kernel's early exit: P = E
-                for i in range(ne):
-                    ptab[i] = lut[i]
-                    ttab[i] = lut[i]
-            else:
-                if z16 == 0:
-                    ns = np.int64(255)
-                    nsovf = 1
-                else:
-                    q = np.float32(np.float64(DEPLOY_NORM) / np.float64(z16))
-                    nsi = np.int64(np.float32(np.float64(q) + 0.5))
-                    if nsi > 255:
-                        nsovf = 1
-                    ns = nsi & 255
-                for i in range(ne):
-                    ptab[i] = (lut[i] * ns + 128) >> 8
-                    ttab[i] = (lut[i] * ns) >> 8
-        else:
-            zf = np.float64(np.float32(z))
-            for i in range(ne):
-                q = np.float32(np.float64(np.float32(lut[i] * pmax)) / zf)
-                ptab[i] = np.int64(np.rint(np.float64(q)))
-        psum = np.int64(0)
-        for j in range(min(L, tail_from)):
-            p = ptab[out[r, j]]
-            out[r, j] = p
-            psum += p
-        for j in range(tail_from, L):
-            p = ttab[out[r, j]]
-            out[r, j] = p
-            psum += p
-        info[r, _I_CLIPPED] = clipped
-        info[r, _I_ZERO] = zero
-        info[r, _I_WRAP] = wrap
-        info[r, _I_NSOVF] = nsovf
-        info[r, _I_DOVF] = dovf
-        info[r, _I_VIS] = nvis
-        info[r, _I_PSUM] = psum
-
-
-@njit(cache=True, nogil=True)
-def _fused_rows(S, cint, lim, lut, nb, mode, pmax, P, info):
-    """IndexSoftmax of unmasked, non-deploy rows (the ``intattention`` fast path): the
-    roundings and counters of :func:`_index_rows`, read from the float32/float64 int8-logit
-    GEMM ``S`` (N, L) (exact integers) and written as float32 ``P`` (N, L) ready for the
-    ``P v8`` GEMM, so neither needs a dtype copy.  Keys ``j > lim[r]`` get ``P = 0``; a row
-    without a visible key gets ``P = 0`` and ``info`` empty = 1.
-
-    It is kept apart from :func:`_index_rows` (which handles masks, visibility and deploy mode)
-    for speed: the fast path routed through ``_index_rows`` with float32 input and output took
-    23 ms instead of 15 ms per (1, 12, 256, 32) call, mostly for lack of the distance -> index
-    table below.  Both are tested bit-exact against the same reference.
-    """
-    N, L = S.shape
-    ne = nb + 1
-    iz = nb
-    while iz > 0 and lut[iz - 1] == 0:
-        iz -= 1
-    idxs = np.empty(L, np.int64)
-    ptab = np.zeros(ne, np.int64)
-    ptabf = np.zeros(ne, np.float32)
-    tab = np.empty(0, np.uint8)  # idx of every clipped distance 0..tab_c (one threshold)
-    tab_c = np.int64(-1)
-    run = 0  # end of the last run of equal thresholds examined
-    for r in range(N):
-        for u in range(_N_INFO):
-            info[r, u] = 0
-        top = max(min(lim[r], L - 1), -1)
-        for j in range(top + 1, L):
-            P[r, j] = 0
-        if top < 0:
-            info[r, _I_EMPTY] = 1
-            continue
-        m = np.int64(S[r, 0])
-        for j in range(1, top + 1):
-            x = np.int64(S[r, j])
-            if x > m:
-                m = x
-        c = cint[r]
-        c32 = np.float32(c)
-        if c != tab_c and r >= run:
-            # a table of the index of every distance 0..c costs c + 1 divisions: build it when
-            # the run of rows that share this threshold holds at least as many logits
-            run = r + 1
-            while run < N and cint[run] == c:
-                run += 1
-            if c + 1 <= (run - r) * L:
-                if tab.shape[0] < c + 1:
-                    tab = np.empty(c + 1, np.uint8)
-                for dd in range(c + 1):
-                    tab[dd] = _index_of(np.int64(dd), c, c32, nb, mode, False, np.int64(0), True)
-                tab_c = c
-        z = np.int64(0)
-        clipped = 0
-        zero = 0
-        dovf = 0
-        if c == tab_c:
-            for j in range(top + 1):
-                dd = m - np.int64(S[r, j])
-                dovf += dd > INT32_MAX
-                clipped += dd >= c
-                idx = np.int64(tab[min(dd, c)])
-                idxs[j] = idx
-                z += lut[idx]
-                zero += idx >= iz
-        else:
-            for j in range(top + 1):
-                dd = m - np.int64(S[r, j])
-                dovf += dd > INT32_MAX
-                clipped += dd >= c
-                idx = _index_of(min(dd, c), c, c32, nb, mode, False, np.int64(0), True)
-                idxs[j] = idx
-                z += lut[idx]
-                zero += idx >= iz
-        zf = np.float64(np.float32(z))
-        for u in range(ne):
-            qq = np.float32(np.float64(np.float32(lut[u] * pmax)) / zf)
-            ptab[u] = np.int64(np.rint(np.float64(qq)))
-            ptabf[u] = np.float32(ptab[u])
-        psum = np.int64(0)
-        for j in range(top + 1):
-            psum += ptab[idxs[j]]
-            P[r, j] = ptabf[idxs[j]]
-        info[r, _I_CLIPPED] = clipped
-        info[r, _I_ZERO] = zero
-        info[r, _I_DOVF] = dovf
-        info[r, _I_VIS] = top + 1
-        info[r, _I_PSUM] = psum
-
-
-@njit(cache=True, nogil=True)
+@jit(parallel=True)
 def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
-    """LUT softmax of float32 scores ``x`` (N, L) into float32 ``out`` (see
-    :func:`index_softmax_float`); ``-inf`` scores and masked keys give 0, rows with NaN or
-    ``+inf``, or without a visible finite score, give NaN."""
+    """LUT softmax of float32 scores ``x`` (N, L) into ``out`` (float32, or float64 holding the
+    float32 results; see :func:`index_softmax_float`); ``-inf`` scores and masked keys give 0,
+    rows with NaN or ``+inf``, or without a visible finite score, give NaN.  Rows run in
+    parallel; every step is one float32 operation (IEEE: the same bits as the float64
+    evaluation rounded once, which the spec states)."""
     N, L = x.shape
-    cf64 = np.float64(cf)
-    idxs = np.empty(L, np.int64)
-    for r in range(N):
+    nb32 = np.float32(nb)
+    ne = lut.shape[0]
+    for r in prange(N):
+        idxs = np.empty(L, np.int64)
+        ptab = np.empty(ne, np.float32)
         top = min(lim[r], L - 1)
-        m = -np.inf
+        m = np.float32(-np.inf)
         nvis = 0
         bad = False
         for j in range(top + 1):
@@ -593,129 +289,67 @@ def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
             if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
                 idxs[j] = -1
                 continue
-            dd = np.float32(np.float64(m) - np.float64(x[r, j]))
+            dd = np.float32(m - x[r, j])
             if dd > cf:
                 dd = cf
-            q = np.float32(np.float64(np.float32(np.float64(dd) * nb)) / cf64)
+            q = np.float32(np.float32(dd * nb32) / cf)
             if mode == _MODE_FLOOR:
                 idx = np.int64(q)
             else:
-                idx = np.int64(np.rint(np.float64(q)))
+                idx = np.int64(np.rint(q))
             if idx > nb:
                 idx = nb
             idxs[j] = idx
             z += lut[idx]
-        zf = np.float64(np.float32(z))
+        zf = np.float32(z)
+        for u in range(ne):
+            ptab[u] = np.float32(np.float32(lut[u]) / zf)
         for j in range(L):
-            if idxs[j] < 0:
-                out[r, j] = 0.0
-            else:
-                out[r, j] = np.float32(np.float64(lut[idxs[j]]) / zf)
+            out[r, j] = 0.0 if idxs[j] < 0 else ptab[idxs[j]]
 
 
-@njit(cache=True, nogil=True)
-def _row_max(x, r, top, vis, has_vis):
-    """Max of the visible, finite-or--inf entries of row ``r`` (``-inf`` when none)."""
-    m = -np.inf
-    for j in range(top + 1):
-        if has_vis and not vis[r, j]:
-            continue
-        if x[r, j] > m:
-            m = x[r, j]
-    return m
-
-
-@njit(cache=True, nogil=True)
-def _exaq_moments(x, lim, vis, has_vis, acc):
-    """Accumulate count, sum, sum of squares and min of the max-centred visible finite scores
-    (float32 ``x - rowmax``) into ``acc`` (4,) float64."""
-    N, L = x.shape
-    for r in range(N):
+@jit(parallel=True)
+def _quant_only_rows(S, scale32, sq, sk, add, has_add, lim, vis, has_vis, out):
+    """``quant_only`` rows: scores ``fl32(fl32(fl32(S * scale) * s_q) * s_k) (+ add)`` (the
+    authors' order), float softmax (float64 inside, rounded to float32), then
+    ``P8 = RNE(fp32(127 p))`` into float32 ``out``; masked keys and empty rows give 0.  Returns
+    the largest row sum of ``P8``."""
+    N, L = S.shape
+    psum = np.zeros(N, dtype=np.int64)
+    for r in prange(N):
         top = min(lim[r], L - 1)
-        m = _row_max(x, r, top, vis, has_vis)
-        if m == -np.inf or m != m or m == np.inf:
-            continue
+        sc = np.empty(L, np.float32)
+        e = np.empty(L, np.float64)
+        m = -np.inf
         for j in range(top + 1):
+            t = np.float32(np.float32(np.float32(np.float32(S[r, j]) * scale32) * sq[r]) * sk[r])
+            if has_add:
+                t = np.float32(t + add[r, j])
+            sc[j] = t
             if has_vis and not vis[r, j]:
                 continue
-            v = x[r, j]
-            if v == -np.inf or v != v:
-                continue
-            xc = np.float64(np.float32(np.float64(v) - np.float64(m)))
-            acc[0] += 1.0
-            acc[1] += xc
-            acc[2] += xc * xc
-            if xc < acc[3]:
-                acc[3] = xc
-    return acc
-
-
-@njit(cache=True, nogil=True)
-def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
-    """EXAQ softmax of float32 scores ``x`` (N, L): max-centred scores clipped to ``[lo, 0]``,
-    quantised to ``nlev`` levels ``lo + q delta`` (``q = RNE((x - lo) / delta)``), float64
-    softmax rounded to float32; masked keys give 0, rows without a visible key NaN."""
-    N, L = x.shape
-    quant = delta > 0.0 and np.isfinite(delta)
-    xq = np.empty(L, np.float64)
-    for r in range(N):
-        top = min(lim[r], L - 1)
-        m = _row_max(x, r, top, vis, has_vis)
-        if m == -np.inf or m != m or m == np.inf:
-            for j in range(L):
-                out[r, j] = np.nan
-            continue
-        mq = -np.inf
+            if t > m:
+                m = t
         for j in range(L):
-            if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
-                xq[j] = -np.inf
-                continue
-            xc = np.float64(np.float32(np.float64(x[r, j]) - np.float64(m)))
-            if xc != xc:
-                xq[j] = np.nan
-                continue
-            xv = min(max(xc, lo), 0.0)
-            if quant:
-                q = np.rint((xv - lo) / delta)
-                q = min(max(q, 0.0), nlev - 1.0)
-                xv = lo + q * delta
-            xq[j] = xv
-            if xv > mq:
-                mq = xv
-        z = 0.0
-        for j in range(L):
-            if xq[j] != -np.inf:
-                z += np.exp(xq[j] - mq)
-        for j in range(L):
-            if xq[j] == -np.inf:
-                out[r, j] = 0.0
-            else:
-                out[r, j] = np.float32(np.exp(xq[j] - mq) / z)
-
-
-@njit(cache=True, nogil=True)
-def _quant_only_rows(sc, lim, vis, has_vis, out):
-    """Float softmax of float32 scores (float64 inside, rounded to float32), then
-    ``P8 = RNE(fp32(127 p))`` into int64 ``out``; masked keys and empty rows give 0."""
-    N, L = sc.shape
-    for r in range(N):
-        top = min(lim[r], L - 1)
-        m = _row_max(sc, r, top, vis, has_vis)
+            out[r, j] = 0.0
         if m == -np.inf:
-            for j in range(L):
-                out[r, j] = 0
             continue
         z = 0.0
         for j in range(top + 1):
             if has_vis and not vis[r, j]:
                 continue
-            z += np.exp(np.float64(sc[r, j]) - m)
-        for j in range(L):
-            if j > top or (has_vis and not vis[r, j]):
-                out[r, j] = 0
+            e[j] = np.exp(np.float64(sc[j]) - m)
+            z += e[j]
+        ps = 0
+        for j in range(top + 1):
+            if has_vis and not vis[r, j]:
                 continue
-            p = np.float32(np.exp(np.float64(sc[r, j]) - m) / z)
-            out[r, j] = np.int64(np.rint(np.float64(np.float32(np.float64(p) * INT8_QMAX))))
+            p = np.float32(e[j] / z)
+            p8 = np.rint(np.float64(np.float32(np.float64(p) * INT8_QMAX)))
+            out[r, j] = np.float32(p8)
+            ps += np.int64(p8)
+        psum[r] = ps
+    return psum.max() if N else 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -763,18 +397,6 @@ def _row_thresholds(c_int, lead: tuple, deploy: bool) -> np.ndarray:
             "threshold per row, group or tensor)"
         ) from None
     return np.ascontiguousarray(full).reshape(-1)
-
-
-def _user_mask(mask, shape: tuple) -> np.ndarray:
-    arr, _ = to_numpy(mask, "mask")
-    if arr.dtype != np.bool_:
-        raise TypeError(f"mask has dtype {arr.dtype}; allowed: bool (True = the key takes part)")
-    try:
-        full = np.broadcast_to(arr, shape)
-    except ValueError:
-        raise ValueError(f"mask of shape {arr.shape} does not broadcast to s's shape {shape}") \
-            from None
-    return np.ascontiguousarray(full).reshape((-1, shape[-1]) if shape else (1, 1))
 
 
 def _run_core(s2, cint, lim, vis, lut, nb, mode, pmax, deploy, neon_tail, bits):
@@ -855,13 +477,12 @@ def index_softmax(s, c_int, bits: int = BITS_DEFAULT, index_rounding: str = "flo
         >>> index_softmax(s, 6600, deploy=True)
         array([[ 89,  30,   0, 135]], dtype=uint8)
     """
-    b = _check_bits(bits, 1, 5 if _check_flag(deploy, "deploy") else BITS_MAX)
+    b = _check_bits(bits, 1, 5 if check_bool(deploy, "deploy") else BITS_MAX)
     cf = _check_c(c)
-    mode = _MODE_FLOOR if _check_choice(index_rounding, "index_rounding", INDEX_ROUNDINGS) == \
-        "floor" else _MODE_NEAREST
-    pf = _check_choice(p_format, "p_format", P_FORMATS)
-    tail = _check_flag(neon_tail, "neon_tail")
-    _check_flag(return_stats, "return_stats")
+    mode = _index_mode(index_rounding)
+    pf = check_choice(p_format, "p_format", P_FORMATS)
+    tail = check_bool(neon_tail, "neon_tail")
+    check_bool(return_stats, "return_stats")
     if deploy and pf != "uint8":
         raise ValueError("deploy=True models the UINT8 kernel: p_format must be 'uint8'")
     if tail and not deploy:
@@ -871,7 +492,7 @@ def index_softmax(s, c_int, bits: int = BITS_DEFAULT, index_rounding: str = "flo
     cint = _row_thresholds(c_int, shape[:-1], deploy)
     L = shape[-1]
     s2 = arr.reshape((-1, L)) if arr.size else arr.reshape((int(np.prod(shape[:-1])), L))
-    vis = None if mask is None else _user_mask(mask, shape)
+    vis = None if mask is None else bool_mask(mask, shape).reshape(s2.shape)
     lut = index_lut(b, cf).astype(np.int64)
     lim = np.full(s2.shape[0], L - 1, dtype=np.int64)
     out, info = _run_core(s2, cint, lim, vis, lut, (1 << b) - 1, mode, P_SCALES[pf], bool(deploy),
@@ -944,195 +565,17 @@ def index_softmax_float(scores, axis: int = -1, *, bits: int = BITS_DEFAULT,
     """
     b = _check_bits(bits)
     cf = _check_c(c)
-    mode = _MODE_FLOOR if _check_choice(index_rounding, "index_rounding", INDEX_ROUNDINGS) == \
-        "floor" else _MODE_NEAREST
+    mode = _index_mode(index_rounding)
     rows, restore = softmax_rows(scores, axis)
     out = np.empty(rows.shape, dtype=np.float32)
     lim = np.full(rows.shape[0], rows.shape[1] - 1, dtype=np.int64)
-    _float_index_rows(rows, lim, np.ones((1, 1), np.bool_), False,
+    for_size(_float_index_rows, rows.size)(rows, lim, np.ones((1, 1), np.bool_), False,
                       index_lut(b, cf).astype(np.int64), (1 << b) - 1, np.float32(cf), mode, out)
-    return restore(out)
-
-
-def exaq_clip(sigma: float, bits: int = EXAQ_BITS_DEFAULT) -> float:
-    """EXAQ's clipping value ``C = a * sigma + b`` (attention.md 3; EXAQ Table 1), with
-    ``(a, b)`` = (-1.66, -1.85), (-1.75, -2.06), (-1.83, -2.27) for 2, 3, 4 bits; a ``C`` that
-    is not finite or not negative is replaced by ``-1e-6`` (the authors' safeguard).
-
-    Example:
-        >>> round(exaq_clip(1.0, 3), 2)
-        -3.81
-    """
-    a, b = EXAQ_AB[_check_exaq_bits(bits)]
-    cval = a * float(sigma) + b
-    if not math.isfinite(cval) or cval >= 0.0:
-        cval = EXAQ_C_FALLBACK
-    return cval
-
-
-def _check_exaq_bits(bits) -> int:
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or int(bits) not in \
-            EXAQ_AB:
-        raise ValueError(f"exaq bits must be one of 2, 3, 4, got {bits!r}")
-    return int(bits)
-
-
-def _exaq_params(acc: np.ndarray, bits: int) -> tuple[float, float, float, float]:
-    """(sigma, C, lo, delta) from the accumulated moments."""
-    n, s1, s2, mn = acc
-    if n == 0:
-        return float("nan"), EXAQ_C_FALLBACK, EXAQ_C_FALLBACK, float("nan")
-    mean = s1 / n
-    sigma = math.sqrt(max(s2 / n - mean * mean, 0.0))
-    cval = exaq_clip(sigma, bits)
-    lo = max(cval, float(mn))
-    delta = (0.0 - lo) / float((1 << bits) - 1)
-    return sigma, cval, lo, delta
-
-
-def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
-    """EXAQ softmax (the ``exaq`` softmax surrogate): clipped ``bits``-bit quantisation of the
-    max-centred scores before a float softmax (attention.md 3; seed section 2.3).
-
-    ``x = fp32(s - rowmax)``; ``sigma`` = population std of every visible finite ``x`` of the
-    whole input (one value per call, as the authors' code; float64 sums); ``C = exaq_clip(sigma,
-    bits)``; ``lo = max(C, min x)``; ``delta = -lo / (2**bits - 1)``; ``x' = lo + delta *
-    clamp(RNE((clamp(x, lo, 0) - lo) / delta), 0, 2**bits - 1)`` (float64); ``softmax(x')``
-    computed in float64 and rounded to float32.  The authors calibrate ``C`` over 25 calls and
-    then freeze the mean; this function is one call of it (the "instantaneous" ``C``).
-
-    Args:
-        scores: float array or CPU tensor (see :func:`index_softmax_float`).
-        axis: the softmax axis.
-        bits: 2, 3 or 4.
-
-    Returns:
-        float32 probabilities, same shape and kind; ``-inf`` entries give 0; rows with no finite
-        entry, or with NaN or ``+inf``, give NaN.
-
-    Example:
-        >>> exaq_softmax(np.array([0.0, -1.0, -2.0, -30.0], np.float32), bits=2)
-        array([3.3333334e-01, 3.3333334e-01, 3.3333334e-01, 4.4887313e-11], dtype=float32)
-    """
-    b = _check_exaq_bits(bits)
-    rows, restore = softmax_rows(scores, axis)
-    lim = np.full(rows.shape[0], rows.shape[1] - 1, dtype=np.int64)
-    dummy = np.ones((1, 1), np.bool_)
-    acc = _exaq_moments(rows, lim, dummy, False, np.array([0.0, 0.0, 0.0, np.inf]))
-    _, _, lo, delta = _exaq_params(acc, b)
-    out = np.empty(rows.shape, dtype=np.float32)
-    _exaq_rows(rows, lim, dummy, False, lo, delta, float(1 << b), out)
     return restore(out)
 
 
 # --------------------------------------------------------------------------------------------
 # Float pipelines
-
-
-@dataclass
-class _Quantized:
-    """int8 q, k, v of a Problem as exact float64 integers, with per-row/per-head scales."""
-
-    q8: np.ndarray  # (B, Lq, d) float32 (float64 when d > 1040) holding int8 codes
-    k8t: np.ndarray  # (B, d, Lk), same dtype
-    v8: np.ndarray  # (B, Lk, dv) float32
-    sq_row: np.ndarray  # (B, Lq) float32 scale of each query row
-    sk: np.ndarray  # (B,) float32
-    sv: np.ndarray  # (B,) float32
-    groups: int  # scale groups per head along the query axis
-    block: int  # query rows per group (Lq for one group)
-    quantized: int
-    saturated: int
-
-
-def _encode_int8(x: np.ndarray, **kw) -> tuple[np.ndarray, np.ndarray]:
-    qa = _fmt.encode(x, "int8", **kw)
-    return np.asarray(qa.codes), np.asarray(qa.scales, dtype=np.float32)
-
-
-def _saturated(x: np.ndarray, s: np.ndarray) -> int:
-    thr = INT8_ROUND_LIMIT * s.astype(np.float64)  # exact: 127.5 * a float32
-    return int(np.count_nonzero(np.abs(x.astype(np.float64)) > thr))
-
-
-def _quantize(prob: Problem, granularity: str, block: int) -> _Quantized:
-    """Symmetric int8 quantisation of q, k, v (eq. 2-3) at ``granularity``."""
-    for name, a in (("q", prob.q), ("k", prob.k), ("v", prob.v)):
-        if a.size and not np.all(np.isfinite(a)):
-            raise ValueError(
-                f"{name} contains NaN or Inf; the int8 schemes need finite inputs (the scale "
-                "s = max|x| / 127 must be finite)"
-            )
-    B, Lq, d = prob.q.shape
-    if granularity == "per_tensor":
-        kw: dict = {}
-    else:
-        kw = {"granularity": "per_channel", "axis": 0}
-    if granularity == "per_block" and Lq:
-        nblk = -(-Lq // block)
-        qp = np.zeros((B, nblk * block, d), dtype=prob.q.dtype)
-        qp[:, :Lq] = prob.q
-        c8, sb = _encode_int8(qp.reshape((B, nblk, block * d)), granularity="per_token")
-        q8 = c8.reshape((B, nblk * block, d))[:, :Lq]
-        sq_row = np.repeat(sb.reshape((B, nblk)), block, axis=1)[:, :Lq]
-        groups = nblk
-    else:
-        q8, sqs = _encode_int8(prob.q, **kw)
-        sq_row = np.broadcast_to(sqs.reshape((-1, 1)), (B, Lq))
-        groups, block = 1, max(Lq, 1)
-    k8, sks = _encode_int8(prob.k, **kw)
-    v8, svs = _encode_int8(prob.v, **kw)
-    sk = np.broadcast_to(sks.reshape(-1), (B,)).astype(np.float32)
-    sv = np.broadcast_to(svs.reshape(-1), (B,)).astype(np.float32)
-    sq_row = np.ascontiguousarray(sq_row, dtype=np.float32)
-    sat = _saturated(prob.q, sq_row[:, :, None]) + _saturated(prob.k, sk[:, None, None]) + \
-        _saturated(prob.v, sv[:, None, None])
-    # exact integer GEMMs: float32 BLAS while every partial sum stays below 2**24
-    dt = np.float32 if INT8_QMAX * INT8_QMAX * d <= F32_EXACT else np.float64
-    return _Quantized(
-        q8=q8.astype(dt), k8t=np.ascontiguousarray(k8.transpose(0, 2, 1), dt),
-        v8=v8.astype(np.float32), sq_row=sq_row, sk=sk, sv=sv, groups=groups, block=block,
-        quantized=prob.q.size + prob.k.size + prob.v.size, saturated=sat,
-    )
-
-
-def _chunks(B: int, Lq: int, Lk: int):
-    """``(g0, g1, r0, r1)`` steps over (heads, query rows) with about CHUNK_ELEMS logits each."""
-    per = max(1, CHUNK_ELEMS // max(Lk, 1))
-    if per >= Lq:
-        gh = max(1, per // max(Lq, 1))
-        for g0 in range(0, B, gh):
-            yield g0, min(B, g0 + gh), 0, Lq
-    else:
-        for g in range(B):
-            for r0 in range(0, Lq, per):
-                yield g, g + 1, r0, min(Lq, r0 + per)
-
-
-def _chunk_mask(prob: Problem, g0: int, g1: int, r0: int, r1: int):
-    """``(lim (n,) int64, vis (n, Lk) bool or None, add (gh, rows, Lk) float32 or None)`` for
-    the chunk's ``n = gh * rows`` rows: causal limits, additive-mask visibility and the finite
-    additive values (None when all zero)."""
-    gh, rows, Lk = g1 - g0, r1 - r0, prob.Lk
-    i = np.arange(r0, r1, dtype=np.int64)
-    lim1 = i + (Lk - prob.Lq) if prob.causal else np.full(rows, Lk - 1, dtype=np.int64)
-    lim = np.tile(lim1, gh)
-    if prob.mask is None:
-        return lim, None, None
-    rows_idx = np.arange(r0, r1)[None, :]
-    planes = prob.mask[prob.mask_map[g0:g1][:, None], rows_idx]  # (gh, rows, Lk), no full copy
-    vis = planes != -np.inf
-    add = np.where(vis, planes, np.float32(0.0))
-    vis2 = None if vis.all() else np.ascontiguousarray(vis.reshape((-1, Lk)))
-    return lim, vis2, (add if np.any(add) else None)
-
-
-def _pv(P: np.ndarray, v8: np.ndarray, max_row_sum: int) -> np.ndarray:
-    """Exact ``P v8`` (P >= 0 integers, |v8| <= 127): float32 BLAS when every partial sum is
-    below 2**24 (``127 * max_row_sum``), float64 otherwise."""
-    if INT8_QMAX * max_row_sum <= F32_EXACT:
-        return np.matmul(P.astype(np.float32, copy=False), v8)
-    return np.matmul(P.astype(np.float64), v8.astype(np.float64))
 
 
 def _out_rows(acc: np.ndarray, sv: np.ndarray, pmax: int) -> np.ndarray:
@@ -1141,8 +584,13 @@ def _out_rows(acc: np.ndarray, sv: np.ndarray, pmax: int) -> np.ndarray:
 
 
 def _check_granularity(granularity, block) -> tuple[str, int]:
-    g = _check_choice(granularity, "granularity", GRANULARITIES)
+    g = check_choice(granularity, "granularity", GRANULARITIES)
     return g, check_block(block, "block")
+
+
+def _check_depth(d: int) -> None:
+    if INT8_QMAX * INT8_QMAX * d > LOGIT_LIMIT:
+        raise ValueError(f"head dim d = {d} is too large for int32 logits (d <= 66571)")
 
 
 def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
@@ -1152,24 +600,22 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
     """Scheme ``intattention`` (module docstring).  Options: ``bits`` (1..8, deploy 1..5),
     ``c``, ``index_rounding``, ``granularity`` (per_tensor, per_channel, per_block), ``block``
     (per_block query tokens, default 128), ``deploy``, ``neon_tail``, ``p_format``."""
-    dep = _check_flag(deploy, "deploy")
+    dep = check_bool(deploy, "deploy")
     b = _check_bits(bits, 1, 5 if dep else BITS_MAX)
     cf = _check_c(c)
-    mode = _MODE_FLOOR if _check_choice(index_rounding, "index_rounding", INDEX_ROUNDINGS) == \
-        "floor" else _MODE_NEAREST
+    mode = _index_mode(index_rounding)
     gran, blk = _check_granularity(granularity, block)
-    pf = _check_choice(p_format, "p_format", P_FORMATS)
-    tail = _check_flag(neon_tail, "neon_tail")
+    pf = check_choice(p_format, "p_format", P_FORMATS)
+    tail = check_bool(neon_tail, "neon_tail")
     if dep and pf != "uint8":
         raise ValueError("deploy=True models the UINT8 kernel: p_format must be 'uint8'")
     if tail and not dep:
         raise ValueError("neon_tail=True needs deploy=True (it models the NEON kernel's tail)")
-    B, Lq, Lk, d = prob.B, prob.Lq, prob.Lk, prob.d
-    if INT8_QMAX * INT8_QMAX * d > LOGIT_LIMIT:
-        raise ValueError(f"head dim d = {d} is too large for int32 logits (d <= 66571)")
+    B, Lq, Lk = prob.B, prob.Lq, prob.Lk
+    _check_depth(prob.d)
     if prob.scale <= 0:
         raise ValueError(f"intattention needs scale > 0 (c_int = c / alpha), got {prob.scale}")
-    qz = _quantize(prob, gran, blk)
+    qz = quantize_qkv(prob.q, prob.k, prob.v, gran, blk, require_finite=True)
     alpha_row = qz.sq_row.astype(np.float64) * qz.sk.astype(np.float64)[:, None] * prob.scale
     cint_row = clip_threshold(alpha_row, cf, deploy=dep) if alpha_row.size else \
         np.zeros((B, Lq), dtype=np.int64)
@@ -1177,15 +623,16 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
     lut = index_lut(b, cf).astype(np.int64)
     nb = (1 << b) - 1
     pmax = P_SCALES[pf]
-    out = np.empty((B, Lq, prob.dv), dtype=np.float32)
     info_all = np.zeros((B, Lq, _N_INFO), dtype=np.int64)
     msat = 0
-    for g0, g1, r0, r1 in _chunks(B, Lq, Lk):
+
+    def step(g0, g1, r0, r1, rm):
+        nonlocal msat
         gh, rows = g1 - g0, r1 - r0
-        lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
-        S = np.matmul(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1])  # exact integers (< 2**31)
+        lim, vis, add = rm
+        S = int_scores(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1])  # exact integers (< 2**31)
+        cint = np.ascontiguousarray(cint_row[g0:g1, r0:r1]).reshape(-1)
         if not dep and vis is None and add is None:  # fast path: no dtype copies
-            cint = np.ascontiguousarray(cint_row[g0:g1, r0:r1]).reshape(-1)
             info = np.empty((gh * rows, _N_INFO), dtype=np.int64)
             P = np.empty((gh, rows, Lk), dtype=np.float32)
             _fused_rows(S.reshape((gh * rows, Lk)), cint, lim, lut, nb, mode, pmax,
@@ -1201,17 +648,13 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
                 msat += int(np.count_nonzero(sat))
                 S = np.clip(S, -LOGIT_LIMIT, LOGIT_LIMIT)
             s2 = S.astype(np.int32).reshape((gh * rows, Lk))
-            cint = np.ascontiguousarray(cint_row[g0:g1, r0:r1]).reshape(-1)
             P, info = _run_core(s2, cint, lim, vis, lut, nb, mode, pmax, dep, tail, b)
             P = P.reshape((gh, rows, Lk))
         psum = int(info[:, _I_PSUM].max()) if info.size else 0
-        acc = _pv(P, qz.v8[g0:g1], psum)
-        o = _out_rows(acc, qz.sv[g0:g1], pmax)
-        empty = info[:, _I_EMPTY].reshape((gh, rows)) == 1
-        if empty.any():
-            o[empty] = np.nan
-        out[g0:g1, r0:r1] = o
         info_all[g0:g1, r0:r1] = info.reshape((gh, rows, _N_INFO))
+        return _out_rows(exact_pv(P, qz.v8[g0:g1], psum), qz.sv[g0:g1], pmax)
+
+    out = each_chunk(prob, step)
     if not return_stats:
         return out, None
     c_rec = cint_row[:, ::qz.block][:, :qz.groups] if Lq else np.zeros((B, 0), np.int64)
@@ -1220,80 +663,32 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
     return out, st
 
 
-def _float_scores(prob: Problem, g0: int, g1: int, r0: int, r1: int, add) -> np.ndarray:
-    """float32 scores ``fp32(fp64(q . k) * scale) + mask`` of a chunk (the mask added as one
-    float32 addition; masked entries are handled by the visibility arrays)."""
-    q = prob.q[g0:g1, r0:r1].astype(np.float64)
-    k = prob.k[g0:g1].astype(np.float64)
-    sc = (np.matmul(q, k.transpose(0, 2, 1)) * prob.scale).astype(np.float32)
-    if add is not None:
-        sc = sc + add
-    return sc
-
-
-def _float_rows_output(P: np.ndarray, prob: Problem, g0: int, g1: int) -> np.ndarray:
-    return np.matmul(P.astype(np.float64), prob.v[g0:g1].astype(np.float64))
-
-
 def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
                         c: float = C_DEFAULT, index_rounding: str = "floor"):
     """Scheme ``index_softmax_only``: float32 scores ``fp32(fp64(q . k) * scale) + mask``,
     :func:`index_softmax_float`, ``O = P v`` (float64 sums of the float32 ``P``)."""
     b = _check_bits(bits)
     cf = _check_c(c)
-    mode = _MODE_FLOOR if _check_choice(index_rounding, "index_rounding", INDEX_ROUNDINGS) == \
-        "floor" else _MODE_NEAREST
-    B, Lq, Lk = prob.B, prob.Lq, prob.Lk
+    mode = _index_mode(index_rounding)
+    Lk = prob.Lk
     lut = index_lut(b, cf).astype(np.int64)
-    out = np.empty((B, Lq, prob.dv), dtype=np.float32)
-    dummy = np.ones((1, 1), np.bool_)
+    q64, k64t, v64 = float64_operands(prob)
     empty_rows = 0
-    for g0, g1, r0, r1 in _chunks(B, Lq, Lk):
-        gh, rows = g1 - g0, r1 - r0
-        lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
-        sc = _float_scores(prob, g0, g1, r0, r1, add).reshape((gh * rows, Lk))
-        P = np.empty(sc.shape, dtype=np.float32)
-        _float_index_rows(sc, lim, dummy if vis is None else vis, vis is not None, lut,
-                          (1 << b) - 1, np.float32(cf), mode, P)
-        empty_rows += int(np.count_nonzero(np.isnan(P[:, 0]))) if Lk else 0
-        out[g0:g1, r0:r1] = _float_rows_output(P.reshape((gh, rows, Lk)), prob, g0, g1)
-    if Lk == 0:
-        out.fill(np.nan)
-        empty_rows = B * Lq
-    st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows) if return_stats else None
-    return out, st
 
+    def step(g0, g1, r0, r1, rm):
+        nonlocal empty_rows
+        lim, vis, add = rm
+        sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
+        P = np.empty(sc.shape, dtype=np.float64)
+        for_size(_float_index_rows, sc.size)(sc, lim, ALL_VISIBLE if vis is None else vis,
+                                             vis is not None, lut, (1 << b) - 1, np.float32(cf),
+                                             mode, P)
+        empty_rows += nan_rows(P)
+        return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
 
-def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
-    """Scheme ``exaq``: float32 scores as ``index_softmax_only``, ``sigma`` over every visible
-    score of the call (first pass), :func:`exaq_softmax`'s quantisation (second pass)."""
-    b = _check_exaq_bits(bits)
-    B, Lq, Lk = prob.B, prob.Lq, prob.Lk
-    dummy = np.ones((1, 1), np.bool_)
-    acc = np.array([0.0, 0.0, 0.0, np.inf])
-    for g0, g1, r0, r1 in _chunks(B, Lq, Lk):  # pass 1: sigma and min over the whole call
-        lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
-        sc = _float_scores(prob, g0, g1, r0, r1, add).reshape((-1, Lk))
-        _exaq_moments(sc, lim, dummy if vis is None else vis, vis is not None, acc)
-    sigma, cval, lo, delta = _exaq_params(acc, b)
-    out = np.empty((B, Lq, prob.dv), dtype=np.float32)
-    empty_rows = 0
-    for g0, g1, r0, r1 in _chunks(B, Lq, Lk):  # pass 2: quantise and normalise
-        gh, rows = g1 - g0, r1 - r0
-        lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
-        sc = _float_scores(prob, g0, g1, r0, r1, add).reshape((gh * rows, Lk))
-        P = np.empty(sc.shape, dtype=np.float32)
-        _exaq_rows(sc, lim, dummy if vis is None else vis, vis is not None, lo, delta,
-                   float(1 << b), P)
-        empty_rows += int(np.count_nonzero(np.isnan(P[:, 0]))) if Lk else 0
-        out[g0:g1, r0:r1] = _float_rows_output(P.reshape((gh, rows, Lk)), prob, g0, g1)
-    if Lk == 0:
-        out.fill(np.nan)
-        empty_rows = B * Lq
-    st = None
-    if return_stats:
-        st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows,
-                               logits=int(acc[0]), exaq_clip=[[sigma, cval, lo]])
+    out = each_chunk(prob, step)
+    st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=empty_rows) \
+        if return_stats else None
     return out, st
 
 
@@ -1302,47 +697,33 @@ def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tenso
     """Scheme ``quant_only`` (module docstring); ``granularity`` and ``block`` as
     ``intattention``."""
     gran, blk = _check_granularity(granularity, block)
-    B, Lq, Lk, d = prob.B, prob.Lq, prob.Lk, prob.d
-    if INT8_QMAX * INT8_QMAX * d > LOGIT_LIMIT:
-        raise ValueError(f"head dim d = {d} is too large for int32 logits (d <= 66571)")
-    qz = _quantize(prob, gran, blk)
+    Lk = prob.Lk
+    _check_depth(prob.d)
+    qz = quantize_qkv(prob.q, prob.k, prob.v, gran, blk, require_finite=True)
     scale32 = np.float32(prob.scale)
-    out = np.empty((B, Lq, prob.dv), dtype=np.float32)
-    dummy = np.ones((1, 1), np.bool_)
     empty_rows = 0
-    for g0, g1, r0, r1 in _chunks(B, Lq, Lk):
+
+    def step(g0, g1, r0, r1, rm):
+        nonlocal empty_rows
         gh, rows = g1 - g0, r1 - r0
-        S = np.matmul(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1]).astype(np.float32)
-        sc = ((S * scale32) * qz.sq_row[g0:g1, r0:r1, None]) * qz.sk[g0:g1, None, None]
-        lim, vis, add = _chunk_mask(prob, g0, g1, r0, r1)
-        if add is not None:
-            sc = sc + add
-        sc2 = np.ascontiguousarray(sc, dtype=np.float32).reshape((gh * rows, Lk))
-        P8 = np.empty(sc2.shape, dtype=np.int64)
-        _quant_only_rows(sc2, lim, dummy if vis is None else vis, vis is not None, P8)
-        psum = int(P8.sum(axis=1).max()) if P8.size else 0
-        acc = _pv(P8.reshape((gh, rows, Lk)), qz.v8[g0:g1], psum)
-        o = _out_rows(acc, qz.sv[g0:g1], INT8_QMAX)
-        nov = _no_visible(lim, vis, Lk).reshape((gh, rows))
-        if nov.any():
-            o[nov] = np.nan
-            empty_rows += int(nov.sum())
-        out[g0:g1, r0:r1] = o
+        lim, vis, add = rm
+        S = int_scores(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1]).reshape((gh * rows, Lk))
+        sq = np.ascontiguousarray(qz.sq_row[g0:g1, r0:r1]).reshape(-1)
+        sk = np.repeat(qz.sk[g0:g1], rows)
+        P8 = np.empty(S.shape, dtype=np.float32)
+        addr = add.reshape(S.shape) if add is not None else P8
+        psum = for_size(_quant_only_rows, S.size)(S, scale32, sq, sk, addr, add is not None, lim,
+                                ALL_VISIBLE if vis is None else vis, vis is not None, P8)
+        empty_rows += int(rm.none_visible(Lk).sum())
+        return _out_rows(exact_pv(P8.reshape((gh, rows, Lk)), qz.v8[g0:g1], psum),
+                         qz.sv[g0:g1], INT8_QMAX)
+
+    out = each_chunk(prob, step)
     st = None
     if return_stats:
-        st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows,
+        st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=empty_rows,
                                quantized=qz.quantized, saturated=qz.saturated)
     return out, st
-
-
-def _no_visible(lim: np.ndarray, vis, Lk: int) -> np.ndarray:
-    """Rows of a chunk that see no key."""
-    if Lk == 0:
-        return np.ones(lim.shape, dtype=bool)
-    if vis is None:
-        return lim < 0
-    cols = np.arange(Lk)[None, :]
-    return ~np.any(vis & (cols <= lim[:, None]), axis=1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1353,43 +734,42 @@ def _softmax_index(scores, axis, **opts):
     return index_softmax_float(scores, axis, **opts)
 
 
-def _softmax_exaq(scores, axis, **opts):
-    return exaq_softmax(scores, axis, **opts)
-
-
 register(Scheme(
     "intattention",
     "IntAttention: int8 q/k/v, int32 logits, IndexSoftmax LUT (b=5, c=6.6), UINT8 P",
     _intattention,
     options=("bits", "c", "index_rounding", "granularity", "block", "deploy", "neon_tail",
              "p_format"),
+    stats=IntAttentionStats, order=50,
 ))
 register(Scheme(
     "quant_only",
     "IntAttention baseline: int8 q/k/v, float32 softmax, P = RNE(127 p) as int8",
-    _quant_only, options=("granularity", "block"),
+    _quant_only, options=("granularity", "block"), stats=IntAttentionStats, order=60,
 ))
 register(Scheme(
     "index_softmax_only",
     "IntAttention baseline: float32 scores with the IndexSoftmax LUT softmax",
-    _index_softmax_only, options=("bits", "c", "index_rounding"),
-))
-register(Scheme(
-    "exaq",
-    "EXAQ: 2/3/4-bit clipped quantisation of the max-centred scores (C = a sigma + b)",
-    _exaq, options=("bits",),
+    _index_softmax_only, options=("bits", "c", "index_rounding"), stats=IntAttentionStats,
+    order=70,
 ))
 register(Scheme("index_softmax", "IndexSoftmax LUT softmax on float scores (b=5, c=6.6)",
                 _softmax_index, options=("bits", "c", "index_rounding"), kind="softmax"))
-register(Scheme("exaq", "EXAQ clipped low-bit exponent quantisation softmax (bits 2/3/4)",
-                _softmax_exaq, options=("bits",), kind="softmax"))
-
 __all__ = [
     "index_softmax", "index_lut", "clip_threshold", "deploy_multiplier", "index_softmax_float",
-    "exaq_softmax", "exaq_clip", "IntAttentionStats", "BITS_DEFAULT", "C_DEFAULT",
-    "BLOCK_DEFAULT", "GRANULARITIES", "INDEX_ROUNDINGS", "P_FORMATS", "EXAQ_AB",
+    "IntAttentionStats", "BITS_DEFAULT", "C_DEFAULT",
+    "BLOCK_DEFAULT", "GRANULARITIES", "INDEX_ROUNDINGS", "P_FORMATS",
 ]
 
-from ..formats._jit import stabilize_module  # noqa: E402
 
-stabilize_module(globals(), __name__)
+_MOVED = {"exaq_softmax", "exaq_clip", "EXAQ_AB", "EXAQ_BITS_DEFAULT"}  # to lowprec.kernels.exaq
+
+
+def __getattr__(name: str):
+    # EXAQ (another paper) lives in lowprec.kernels.exaq; its names stay reachable here as
+    # deprecated aliases (imported on first use only, so this module imports no scheme module)
+    if name in _MOVED:
+        import importlib
+
+        return getattr(importlib.import_module("lowprec.kernels.exaq"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,14 +41,27 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..formats._arrays import to_numpy
+from ..formats._bits import f32_as_u32
+from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
-from .online import _exp2_float, _round_f16
-from .qflash import D_MAX
-from .tiling import LOG2E, Problem, check_block, core_lead, int8_input
+from ._check import check_bool, check_choice, check_real, float_input
+from ._fp import exp2_f32 as _exp2_float
+from ._fp import round_f16 as _round_f16
+from ._int8 import INT8_D_MAX as D_MAX
+from ._int8 import int8_rows, score_chunks
+from .problem import (
+    LOG2E,
+    Problem,
+    check_block,
+    core_lead,
+    int8_input,
+    kernel_array,
+    mask_planes,
+)
 
 BLOCK_Q_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
 BLOCK_K_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
@@ -60,7 +73,6 @@ OUTPUTS = ("float16", "float32")
 _LOG2E_F32 = np.float32(LOG2E)
 _NINF = np.float32(-np.inf)
 _F127 = np.float32(127.0)
-_HALF = np.float32(0.5)
 _C_TILES, _C_SKIPPED, _C_RESCALES, _C_F16_OVF = range(4)
 _NCOUNT = 4
 
@@ -85,39 +97,23 @@ class IntFlashInputs(NamedTuple):
 
 
 def _float_input(x, what: str) -> np.ndarray:
-    arr, _ = to_numpy(x, what)
-    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
-        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: float32, float16, bfloat16, "
-                        "float64")
-    if arr.ndim < 2:
-        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
-    if arr.dtype.name == "bfloat16":
-        arr = arr.astype(np.float32)
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{what} contains NaN or Inf; INT-FlashAttention needs finite inputs")
-    return arr
+    arr = float_input(x, what, min_ndim=2, finite=True,
+                      why="INT-FlashAttention needs finite inputs")
+    return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
 
 
-def _quantize(x: np.ndarray, axes: tuple, scale_dtype: str):
-    """Symmetric int8 codes and float32 scales with max-abs over ``axes``."""
+def _quantize(x: np.ndarray, ndim: int, scale_dtype: str):
+    """Symmetric int8 codes and float32 scales with max-abs over the last ``ndim`` axes (the
+    int8 plumbing with INT-FlashAttention's scale rules: a zero scale gives codes 0)."""
+    lead = x.shape[:x.ndim - ndim]
     if scale_dtype == "float16":
         x16 = x.astype(np.float16)
         if not np.isfinite(x16).all():
             raise ValueError("input does not fit float16 (|x| > 65504) for scale_dtype "
                              "'float16'")
-        amax = np.abs(x16).max(axis=axes, keepdims=True, initial=np.float16(0))
-        s = (amax / np.float16(INT8_QMAX)).astype(np.float16)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.rint((x16 / s).astype(np.float16)).astype(np.float64)
-    else:
-        amax = np.abs(x.astype(np.float64)).max(axis=axes, keepdims=True, initial=0.0)
-        s = (amax / INT8_QMAX).astype(np.float32)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.rint(x.astype(np.float64) / s.astype(np.float64))
-    r = np.where(s == 0, 0.0, r)
-    sat = int(np.count_nonzero(np.abs(r) > INT8_QMAX))
-    codes = np.clip(r, -INT8_QMAX, INT8_QMAX).astype(np.int8)
-    return codes, np.squeeze(s.astype(np.float32), axis=axes), sat
+    codes, s, sat = int8_rows(x.reshape((int(np.prod(lead, dtype=np.int64)), -1)),
+                              scale_dtype=scale_dtype, zero_scale=0.0)
+    return codes.reshape(x.shape), s.astype(np.float32).reshape(lead), sat
 
 
 def quantize_inputs(q, k, v, *, scale_dtype: str = "float32") -> IntFlashInputs:
@@ -145,14 +141,13 @@ def quantize_inputs(q, k, v, *, scale_dtype: str = "float32") -> IntFlashInputs:
         >>> qi = quantize_inputs(q, k, v)
         >>> o = intflash_core(*qi[:6], scale=0.125, block_q=64, block_k=64)
     """
-    if scale_dtype not in SCALE_DTYPES:
-        raise ValueError(f"scale_dtype {scale_dtype!r} is not one of {', '.join(SCALE_DTYPES)}")
+    check_choice(scale_dtype, "scale_dtype", SCALE_DTYPES)
     qa = _float_input(q, "q")
     ka = _float_input(k, "k")
     va = _float_input(v, "v")
-    q8, s_q, nq = _quantize(qa, (-1,), scale_dtype)
-    k8, s_k, nk = _quantize(ka, (-1,), scale_dtype)
-    v8, s_v, nv = _quantize(va, (-2, -1), scale_dtype)
+    q8, s_q, nq = _quantize(qa, 1, scale_dtype)
+    k8, s_k, nk = _quantize(ka, 1, scale_dtype)
+    v8, s_v, nv = _quantize(va, 2, scale_dtype)
     return IntFlashInputs(q8, k8, v8, s_q, s_k, s_v, (nq, nk, nv))
 
 
@@ -160,36 +155,57 @@ def quantize_inputs(q, k, v, *, scale_dtype: str = "float32") -> IntFlashInputs:
 # the kernel
 
 
-@njit(inline="always", cache=True)
-def _p8(p):
-    """``trunc(f16(f16(f16(p) * 127) + 0.5))`` for ``0 <= p <= 1`` (an int in [0, 127])."""
-    t = _round_f16(np.float32(_round_f16(p) * _F127))
-    t = _round_f16(np.float32(t + _HALF))
-    return np.int64(t)
+def _p8_table() -> np.ndarray:
+    """``trunc(f16(f16(h * 127) + 0.5))`` for every float16 ``h`` in [0, 1], indexed by
+    :func:`_f16_index` (float16 arithmetic rounds each step as the kernel's chain does)."""
+    h = np.arange(0x3C01, dtype=np.uint16).view(np.float16)  # the float16 values 0 .. 1
+    t = (h * np.float16(127)).astype(np.float16)
+    return np.trunc((t + np.float16(0.5)).astype(np.float16)).astype(np.int32)
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _intflash_kernel(q, kt, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br, Bc, half,
-                     round_out, out):
-    B, Lq, d = q.shape
-    Lk = kt.shape[2]
+_P8 = _p8_table()
+_F16_NORMAL_BIAS = (127 - 15) << 10  # float32 -> float16 exponent rebias, in 13-bit-shifted bits
+
+
+@jit(inline="always")
+def _f16_index(h):
+    """The float16 bit pattern of a non-negative float32 ``h`` that is a float16 value."""
+    if h < np.float32(2.0**-14):
+        return np.int64(h * np.float32(2.0**24))  # subnormal: h / 2**-24, exact
+    return np.int64(f32_as_u32(h) >> np.uint32(13)) - _F16_NORMAL_BIAS
+
+
+@jit(inline="always")
+def _p8(p, table):
+    """``trunc(f16(f16(f16(p) * 127) + 0.5))`` for ``0 <= p <= 1`` (an int in [0, 127]): the
+    first float16 rounding on the bits, the rest from the 15361-entry table."""
+    return table[_f16_index(_round_f16(p))]
+
+
+@jit(parallel=True)
+def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br, Bc, half,
+                     round_out, g0, r0, Lq, p8tab, out):
+    """Algorithm 1 on a chunk: ``S (gh, rows, Lk)`` holds the exact int8 score products of
+    entries ``g0 ..`` and query rows ``r0 ..`` (``r0`` a multiple of ``Br``); one task per
+    (entry, query tile).  Returns per-task counters ``(gh * nq, _NCOUNT)``."""
+    gh, rows, Lk = S.shape
     dv = out.shape[2]
-    nq = (Lq + Br - 1) // Br
+    nq = (rows + Br - 1) // Br
     nk = (Lk + Bc - 1) // Bc
-    ntask = B * nq
+    ntask = gh * nq
     cnt = np.zeros((ntask, _NCOUNT), dtype=np.int64)
     for task in prange(ntask):
-        b = task // nq
-        i0 = (task % nq) * Br
-        nr = min(Br, Lq - i0)
+        gi = task // nq
+        b = g0 + gi
+        i0 = r0 + (task % nq) * Br
+        nr = min(Br, r0 + rows - i0)
         mb = mmap[b]
         m = np.full(nr, _NINF, dtype=np.float32)
         lsum = np.ones(nr, dtype=np.float32)
         acc = np.zeros((nr, dv), dtype=np.float32)
-        sacc = np.empty(Bc, dtype=np.int64)
         y = np.empty(Bc, dtype=np.float32)
         p = np.empty(Bc, dtype=np.float32)
-        ti = np.empty(dv, dtype=np.int64)
+        ti = np.empty(dv, dtype=np.int32)
         tf = np.empty(dv, dtype=np.float32)
         c_tiles = 0
         c_skip = 0
@@ -225,16 +241,13 @@ def _intflash_kernel(q, kt, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal,
                     jl = min(nv, i + off - j0 + 1)
                 if jl <= 0:
                     continue
-                for jj in range(jl):
-                    sacc[jj] = 0
-                for kk in range(d):
-                    qv = np.int64(q[b, i, kk])
-                    for jj in range(jl):
-                        sacc[jj] += qv * kt[b, kk, j0 + jj]
                 sqi = sq[b, i]
                 rmax = _NINF
                 for jj in range(jl):
-                    sc = np.float32(np.float32(np.float32(sacc[jj]) * sqi) * sk[b, j0 + jj])
+                    # fp32(q8 k8^T): S holds the exact integer (float32 while it is exact there,
+                    # else float64), so fp32(S) is the one rounding of the spec
+                    sc = np.float32(np.float32(np.float32(S[gi, i - r0, j0 + jj]) * sqi)
+                                    * sk[b, j0 + jj])
                     yv = np.float32(sc * c)
                     if has_mask:
                         yv = np.float32(yv + np.float32(mask[mb, i, j0 + jj] * _LOG2E_F32))
@@ -265,8 +278,8 @@ def _intflash_kernel(q, kt, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal,
                         acc[r, cc] = np.float32(np.float32(acc[r, cc] * alpha) + tf[cc])
                 else:
                     ti[:] = 0
-                    for jj in range(jl):
-                        pq = _p8(p[jj])
+                    for jj in range(jl):  # int32 sums: block_k <= BLOCK_K_MAX
+                        pq = _p8(p[jj], p8tab)
                         if pq != 0:
                             for cc in range(dv):
                                 ti[cc] += pq * v8[b, j0 + jj, cc]
@@ -323,37 +336,8 @@ class IntFlashStats(Stats):
     saturated: list = field(default_factory=list)
     calls: int = 0
 
-    _derived = ("total_tiles", "total_skipped_tiles", "total_rescales",
-                "total_fp16_overflows", "total_saturated")
-
-
-    def _total(self, name: str) -> int:
-        return int(sum(int(a.sum()) for a in getattr(self, name)))
-
-    @property
-    def total_tiles(self) -> int:
-        """Tiles computed over everything recorded."""
-        return self._total("tiles")
-
-    @property
-    def total_skipped_tiles(self) -> int:
-        """Tiles skipped over everything recorded."""
-        return self._total("skipped_tiles")
-
-    @property
-    def total_rescales(self) -> int:
-        """Running-max increases over everything recorded."""
-        return self._total("rescales")
-
-    @property
-    def total_fp16_overflows(self) -> int:
-        """float16 output overflows over everything recorded."""
-        return self._total("fp16_overflows")
-
-    @property
-    def total_saturated(self) -> int:
-        """Clamped int8 input codes over everything recorded."""
-        return int(sum(sum(t) for t in self.saturated))
+    _COUNTERS = ("tiles", "skipped_tiles", "rescales", "fp16_overflows")  # kernel columns
+    _totals = _COUNTERS + ("saturated",)
 
 
 # ------------------------------------------------------------------------------------------
@@ -388,43 +372,27 @@ def _mask_planes(mask, lead: tuple, Lq: int, Lk: int):
     arr = np.asarray(arr, dtype=np.float32)
     if np.isnan(arr).any() or (arr == np.inf).any():
         raise ValueError("mask contains NaN or +inf; use -inf to mask a key")
-    full = lead + (Lq, Lk)
-    try:
-        ok = np.broadcast_shapes(arr.shape, full) == full
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"mask of shape {arr.shape} does not broadcast to {full}")
-    arr = arr.reshape((1,) * (len(full) - arr.ndim) + arr.shape)
-    mlead = arr.shape[:-2]
-    idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
-    mmap = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
-    planes = np.ascontiguousarray(np.broadcast_to(arr, mlead + (Lq, Lk))).reshape((-1, Lq, Lk))
+    planes, mmap = mask_planes(arr, lead, Lq, Lk, "mask", np.float32)
     return planes, mmap, True
-
-
-def _writable(a: np.ndarray, dtype) -> np.ndarray:
-    """``a`` as a writable C-contiguous array of ``dtype`` (read-only views, e.g. from
-    ``np.broadcast_to``, would give the Numba kernel a second signature to compile)."""
-    a = np.ascontiguousarray(a, dtype=dtype)
-    return a if a.flags.writeable else a.copy()
 
 
 def _run(q8, k8, v8, vh, sq, sk, sv, scale, Br, Bc, causal, half, planes, mmap, has_mask,
          round_out=True):
-    """Flat validated arrays -> (float32 out holding float16 values, counters (B, _NCOUNT))."""
+    """Flat validated arrays -> (float32 out holding float16 values, counters (B, _NCOUNT)):
+    the scores by the int8 plumbing's exact GEMM in chunks of whole query tiles."""
     B, Lq, _ = q8.shape
     dv = vh.shape[2] if half else v8.shape[2]
-    qi = np.ascontiguousarray(q8, dtype=np.int32)
-    kt = np.ascontiguousarray(np.transpose(k8, (0, 2, 1)), dtype=np.int32)
     c = np.float32(float(scale) * LOG2E)
     out = np.empty((B, Lq, dv), dtype=np.float32)
-    w = _writable
-    cnt = _intflash_kernel(qi, kt, w(v8, np.int32), w(vh, np.float32), w(sq, np.float32),
-                           w(sk, np.float32), w(sv, np.float32), c, w(planes, np.float32),
-                           w(mmap, np.int64), has_mask, causal, Br, Bc, half, round_out, out)
-    nq = -(-Lq // Br)
-    return out, cnt.reshape(B, nq, _NCOUNT).sum(axis=1)
+    w = kernel_array
+    args = (w(v8, np.int32), w(vh, np.float32), w(sq, np.float32), w(sk, np.float32),
+            w(sv, np.float32), c, w(planes, np.float32), w(mmap, np.int64), has_mask, causal,
+            Br, Bc, half, round_out)
+    counts = np.zeros((B, _NCOUNT), dtype=np.int64)
+    for g0, g1, r0, _, S in score_chunks(q8, k8, align=min(Br, max(Lq, 1))):
+        cnt = for_size(_intflash_kernel, S.size)(S, *args, g0, r0, Lq, _P8, out)
+        counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
+    return out, counts
 
 
 def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_Q_DEFAULT,
@@ -465,10 +433,8 @@ def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_
         >>> qi = quantize_inputs(q, k, v)
         >>> o16 = intflash_core(qi.q8, qi.k8, qi.v8, qi.s_q, qi.s_k, qi.s_v, 0.125, 64, 64)
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
-    if output not in OUTPUTS:
-        raise ValueError(f"output {output!r} is not one of {', '.join(OUTPUTS)}")
+    check_choice(variant, "variant", VARIANTS)
+    check_choice(output, "output", OUTPUTS)
     half = variant == "half"
     qa = int8_input(q8, "q8")
     ka = int8_input(k8, "k8")
@@ -484,18 +450,13 @@ def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_
     else:
         va = int8_input(v8, "v8")
     lead = core_lead(qa, ka, va)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
-    if not math.isfinite(float(scale)):
-        raise ValueError(f"scale must be finite, got {scale}")
+    check_real(scale, "scale")
     Br = check_block(block_q, "block_q")
     Bc = check_block(block_k, "block_k")
     if Bc > BLOCK_K_MAX:
         raise ValueError(f"block_k = {Bc} > {BLOCK_K_MAX}: int32 tile sums of P8 v8 could wrap")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if not isinstance(return_stats, (bool, np.bool_)):
-        raise TypeError("return_stats must be a bool")
+    check_bool(causal, "causal")
+    check_bool(return_stats, "return_stats")
     Lq, d = qa.shape[-2:]
     Lk, dv = va.shape[-2:]
     B = int(np.prod(lead, dtype=np.int64))
@@ -529,11 +490,8 @@ def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_
 
 
 def _stats(cnt: np.ndarray, saturated: tuple) -> IntFlashStats:
-    return IntFlashStats(tiles=[np.ascontiguousarray(cnt[:, _C_TILES])],
-                         skipped_tiles=[np.ascontiguousarray(cnt[:, _C_SKIPPED])],
-                         rescales=[np.ascontiguousarray(cnt[:, _C_RESCALES])],
-                         fp16_overflows=[np.ascontiguousarray(cnt[:, _C_F16_OVF])],
-                         saturated=[tuple(int(x) for x in saturated)], calls=1)
+    return IntFlashStats.from_columns(cnt, IntFlashStats._COUNTERS,
+                                      saturated=[tuple(int(x) for x in saturated)])
 
 
 # ------------------------------------------------------------------------------------------
@@ -543,8 +501,7 @@ def _stats(cnt: np.ndarray, saturated: tuple) -> IntFlashStats:
 def _intflash(prob: Problem, return_stats: bool, block_q: int = BLOCK_Q_DEFAULT,
               block_k: int = BLOCK_K_DEFAULT, variant: str = "full",
               scale_dtype: str = "float32"):
-    if variant not in VARIANTS:
-        raise ValueError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
+    check_choice(variant, "variant", VARIANTS)
     Br = check_block(block_q, "block_q")
     Bc = check_block(block_k, "block_k")
     if Bc > BLOCK_K_MAX:
@@ -579,11 +536,8 @@ register(Scheme(
     "INT-FlashAttention: per-token int8 q/k, int8 (full) or fp16 (half) v, float32 softmax",
     _intflash,
     options=("block_q", "block_k", "variant", "scale_dtype"),
+    variants=("variant", VARIANTS), stats=IntFlashStats, order=30,
 ))
 
 __all__ = ["IntFlashInputs", "IntFlashStats", "quantize_inputs", "intflash_core",
            "BLOCK_Q_DEFAULT", "BLOCK_K_DEFAULT", "VARIANTS"]
-
-from ..formats._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

@@ -5,7 +5,7 @@ base 2 (specs/attention.md sections 1 and 2) over ``(batch entry, query tile)`` 
 parallel.  Memory beyond inputs and outputs: padded copies of q, k^T and v (O(L x d)) and one
 ``block_q x block_k`` score tile per task; never an ``Lq x Lk`` matrix.  Every float32 operation
 and its order is pinned in docs/design.md ("Exact float32 semantics of the tiled schemes"); the
-NumPy twin in tests/attention_reference.py follows the same text and the two agree bit for bit.
+NumPy twin in tests/naive/attention.py follows the same text and the two agree bit for bit.
 
 Switches (see :class:`EngineConfig`):
 
@@ -25,13 +25,20 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
-from ..formats._bits import f32_as_u32, u32_as_f32
+from ..formats._bits import f32_as_u32
+from ..formats._jit import jit
 from ..formats.hif8 import HIF8_VALUES
+from ..stats import BapsStats
 from ._bytelut import build_tables, lut_index
+from ._fp import exp2_f32 as _exp2_float
+from ._fp import round_bf16 as _round_bf16
+from ._fp import round_f16 as _round_f16
 from ._gemm import RED, ROWS, pv_tile, qk_tile
 
+BLOCK_Q_DEFAULT = 128  # query rows per tile of flash and baps (docs/design.md)
+BLOCK_K_DEFAULT = 128  # keys per tile of flash and baps
 FA2 = 0
 E2E = 1
 EXP_FLOAT = 0
@@ -107,35 +114,7 @@ class EngineConfig:
 # scalar helpers
 
 
-@njit(inline="always", cache=True)
-def _round_f16(x):
-    """float32 -> nearest float16 (ties to even) -> float32, Inf/NaN kept."""
-    u = f32_as_u32(x)
-    a = np.uint32(u & np.uint32(0x7FFFFFFF))
-    if a >= np.uint32(0x7F800000):
-        return x
-    if a < np.uint32(0x38800000):  # below 2**-14: fixed spacing 2**-24 (add-and-subtract trick)
-        half = np.float32(0.5)
-        r = np.float32(np.float32(abs(x) + half) - half)
-        return -r if x < 0 else r
-    lsb = np.uint32((a >> np.uint32(13)) & np.uint32(1))
-    r = np.uint32(np.uint32(a + np.uint32(0xFFF) + lsb) & np.uint32(0xFFFFE000))
-    if r > np.uint32(0x477FE000):  # above 65504
-        r = np.uint32(0x7F800000)
-    return u32_as_f32(np.uint32(r | np.uint32(u & np.uint32(0x80000000))))
-
-
-@njit(inline="always", cache=True)
-def _round_bf16(x):
-    """float32 -> nearest bfloat16 (ties to even) -> float32, NaN kept."""
-    u = f32_as_u32(x)
-    if np.uint32(u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
-        return x
-    lsb = np.uint32((u >> np.uint32(16)) & np.uint32(1))
-    return u32_as_f32(np.uint32(np.uint32(u + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000)))
-
-
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _acc(x, acc):
     if acc == ACC_F16:
         return _round_f16(x)
@@ -144,12 +123,7 @@ def _acc(x, acc):
     return x
 
 
-@njit(inline="always", cache=True)
-def _exp2_float(x):
-    return np.float32(np.exp2(np.float64(x)))
-
-
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _exp2(x, exp, addm1, sh, ptab):
     """``exp2(x)``: float32 (``EXP_FLOAT``) or in format through the byte tables."""
     if exp == EXP_FLOAT:
@@ -157,7 +131,7 @@ def _exp2(x, exp, addm1, sh, ptab):
     return ptab[lut_index(f32_as_u32(x), addm1, sh)]
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _scores_row(srow, jlim, ncol, c, mrow, j0, has_mask, pre_hif8, addm1, sh, vtab):
     """One row of scores in place: ``fl(dot * c)`` (+ ``fl(mask * log2 e)``) for ``j < jlim``,
     -inf beyond (causal); HiF8-rounded when ``pre_hif8``."""
@@ -174,7 +148,7 @@ def _scores_row(srow, jlim, ncol, c, mrow, j0, has_mask, pre_hif8, addm1, sh, vt
             srow[j] = vtab[lut_index(f32_as_u32(srow[j]), addm1, sh)]
 
 
-@njit(cache=True, nogil=True, fastmath={"nnan", "nsz"})
+@jit(fastmath={"nnan", "nsz"})
 def _row_max(srow, n):
     """``max(srow[:n])`` (-inf when ``n == 0``).  The fast-math flags let LLVM vectorize the
     reduction; a NaN score makes its row's output NaN through P whatever this returns."""
@@ -184,7 +158,7 @@ def _row_max(srow, n):
     return mx
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _p_row(srow, prow, n, m, exp, addm1, sh, ptab):
     """``prow[j] = exp2(fl(srow[j] - m))`` for ``j < n`` (0 when ``m`` is -inf).  Table
     exponentials round ``fl(srow[j] - m)`` to the input format through the byte tables of
@@ -201,14 +175,14 @@ def _p_row(srow, prow, n, m, exp, addm1, sh, ptab):
         prow[j] = ptab[lut_index(f32_as_u32(np.float32(srow[j] - m)), addm1, sh)]
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _round_max(x, mode):
     if mode == ROUND_CEIL:
         return np.float32(math.ceil(x)) if x != _NINF else x
     return np.float32(np.rint(x)) if x != _NINF else x
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _pow2_exact(m_old, m_new):
     """``2**(m_old - m_new)`` for integer-valued float32 maxima (0 when m_old is -inf)."""
     if m_old == m_new:
@@ -222,7 +196,7 @@ def _pow2_exact(m_old, m_new):
 # tile visibility and visiting order
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _visible_tiles(vis, b, i0, nrow, Lq, Lk, Bc, nk, causal, mask, mmap, has_mask):
     """``vis[t]`` = some (row, key) pair of key tile t is visible from query rows i0..i0+nrow."""
     for t in range(nk):
@@ -251,7 +225,7 @@ def _visible_tiles(vis, b, i0, nrow, Lq, Lk, Bc, nk, causal, mask, mmap, has_mas
         vis[t] = ok
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _visit_order(order, is_crit, vis, nk, crit, crit_list, i_last, Lq, Lk, Bc):
     """Fill ``order`` with the tiles to visit (critical first); returns (count, n_critical)."""
     n = 0
@@ -294,8 +268,8 @@ def _visit_order(order, is_crit, vis, nk, crit, crit_list, i_last, Lq, Lk, Bc):
 # the engine
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _engine(q, kt, v, Lq, Lk, d, dv, Br, Bc, c, causal, mask, mmap, has_mask,
+@jit(parallel=True)
+def _engine(q, kt, v, Lq, Lk, dv, Br, Bc, c, causal, mask, mmap, has_mask,
             flow, exp, pre_hif8, crit, crit_list, max_round, gran, acc, thr,
             addm1, sh, ptab, vtab, out, flags, row_restarts):
     B = q.shape[0]
@@ -447,7 +421,7 @@ def run_engine(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, cau
     rr = np.zeros(B * nq, dtype=np.int64)
     crit_list = np.asarray(cfg.crit_list, dtype=np.int64)
     if B * nq > 0 and Lk > 0:
-        _engine(qp, ktp, vp, Lq, Lk, d, dv, Br, Bc, c, bool(causal), mk,
+        _engine(qp, ktp, vp, Lq, Lk, dv, Br, Bc, c, bool(causal), mk,
                 np.ascontiguousarray(mask_map, dtype=np.int64), has_mask, cfg.flow, cfg.exp,
                 bool(cfg.pre_hif8), cfg.crit, crit_list, cfg.max_round, cfg.gran, cfg.acc,
                 np.float32(cfg.thr), addm1, sh, ptab, vtab, out, flags, rr)
@@ -457,6 +431,10 @@ def run_engine(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, cau
     return out, flags, rr.reshape(B, nq).sum(axis=1)
 
 
-from ..formats._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)
+def tile_stats(flags: np.ndarray, row_restarts: np.ndarray) -> BapsStats:
+    """One call's :class:`~lowprec.stats.BapsStats` from the engine's per-tile flags."""
+    tiles = ((flags == 0) | (flags == 1)).sum(axis=(1, 2)).astype(np.int64)
+    restarts = (flags == 1).sum(axis=(1, 2)).astype(np.int64)
+    return BapsStats(tiles=[tiles], restarts=[restarts],
+                     row_restarts=[np.asarray(row_restarts, dtype=np.int64)], flags=[flags],
+                     calls=1)

@@ -48,12 +48,23 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
-from ..formats._arrays import to_numpy
+from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
-from .tiling import INT8_D_MAX, LOG2E, Problem, causal_visible, check_block, core_lead, int8_input
+from ._check import check_bool, check_choice, check_int, check_real, float_input, int_input
+from ._int8 import int8_rows, quantize_int8, row_scales, score_chunks
+from .problem import (
+    INT8_D_MAX,
+    LOG2E,
+    Problem,
+    check_block,
+    core_lead,
+    int8_input,
+    kernel_array,
+    mask_planes,
+)
 
 SHIFT_EXP = 16  # attention.md 4 / Alg. 2 eq. 16: fixed-point bits of exp_M and req_M
 SHIFT_RELEASE = 30  # attention.md 4: fixed-point bits of l_M and acc_M (ScaleRelease)
@@ -71,6 +82,7 @@ HAZARD_POLICIES = ("count", "raise")
  _C_NEG_EXP) = range(8)
 _NCOUNT = 8
 _ROWS_PER_TASK = 16
+_TILE32_KEYS = (1 << 31) // (128 * 128) - 1  # keys whose int8 products P8 v8 sum in int32
 
 
 class QFlashHazardError(ValueError, ArithmeticError):
@@ -123,11 +135,7 @@ class QFlashConstants:
         """
         vals = {"s_q": s_q, "s_k": s_k, "s_v": s_v, "scale": scale}
         for name, val in vals.items():
-            if isinstance(val, bool) or not isinstance(val, (int, float, np.integer,
-                                                             np.floating)):
-                raise TypeError(f"{name} must be a real number, got {type(val).__name__}")
-            if not (math.isfinite(float(val)) and float(val) > 0):
-                raise ValueError(f"{name} must be finite and > 0, got {val}")
+            check_real(val, name, positive=True)
         s = float(scale) * LOG2E * (float(s_q) * float(s_k))
         inv = 1.0 / s
         # round(0.5) = 0 (ties to even): s = 2 exactly also gives R = 0, so test R itself
@@ -157,19 +165,12 @@ class QFlashConstants:
 
 
 def _float_array(x, what: str) -> np.ndarray:
-    arr, _ = to_numpy(x, what)
-    if arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
-        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: float32, float16, bfloat16, "
-                        "float64")
-    a = np.asarray(arr, dtype=np.float64)
-    if not np.isfinite(a).all():
-        raise ValueError(f"{what} contains NaN or Inf; QFlash needs finite inputs")
-    return a
+    return np.asarray(float_input(x, what, finite=True, why="QFlash needs finite inputs"),
+                      dtype=np.float64)
 
 
 def _tensor_scale(a: np.ndarray) -> float:
-    amax = float(np.max(np.abs(a))) if a.size else 0.0
-    return amax / INT8_QMAX if amax > 0 else 1.0
+    return float(row_scales(a.reshape((1, -1)))[0])
 
 
 def host_constants(q, k, v, scale: float | None = None) -> QFlashConstants:
@@ -206,47 +207,21 @@ def host_constants(q, k, v, scale: float | None = None) -> QFlashConstants:
                                        scale)
 
 
-def quantize_int8(x, s: float, *, return_saturated: bool = False):
-    """``clamp(RNE(x / s), -128, 127)`` as int8 (eq. 2; float64 quotient).
-
-    Args:
-        x: float array (numpy or CPU torch).
-        s: positive finite scale (e.g. ``host_constants(...).s_q``).
-        return_saturated: also return how many values were clamped.
-
-    Returns:
-        int8 array of ``x``'s shape (and the clamp count).
-
-    Example::
-
-        >>> quantize_int8(np.array([1.0, -0.5]), 1 / 127)
-        array([ 127, -64], dtype=int8)
-    """
-    a = _float_array(x, "x")
-    s = float(s)
-    if not (math.isfinite(s) and s > 0):
-        raise ValueError(f"scale s must be finite and > 0, got {s}")
-    r = np.rint(a / s)
-    sat = int(np.count_nonzero((r > 127) | (r < -128)))
-    out = np.clip(r, -128, 127).astype(np.int8)
-    return (out, sat) if return_saturated else out
-
-
 # ------------------------------------------------------------------------------------------
 # scalar integer primitives (int64 holding int32 values)
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _wrap32(x):
     return ((x + 0x80000000) & 0xFFFFFFFF) - 0x80000000
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _wrap8(x):
     return ((x + 128) & 0xFF) - 128
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _ashr(a, n):
     """Arithmetic shift of an int32 value with the GPU's clamped count: a count outside
     [0, 31] fills with the sign."""
@@ -255,14 +230,14 @@ def _ashr(a, n):
     return a >> n
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _tdiv(a, b):
     """C (truncating) integer division, b != 0."""
     qq = abs(a) // abs(b)
     return -qq if (a < 0) != (b < 0) else qq
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _shexp(x, R, exp_M, division):
     """ShiftExp2 of an int32 ``x``: ``(y, overflow of x * exp_M, other int32 wraps)``."""
     ovf = 0
@@ -293,7 +268,7 @@ def _shexp(x, R, exp_M, division):
     return _ashr(u, q), ovf, wr
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _requant(p, req_M):
     """``(int8 value, wrapped to int8, other int32 wraps)``."""
     wr = 0
@@ -310,7 +285,7 @@ def _requant(p, req_M):
     return y, (1 if y != c else 0), wr
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _release(x, alpha, M):
     """ScaleRelease: int64 product (wrapping), rounding shift by 30, int32 wrap."""
     t = np.int64(x) * np.int64(alpha)
@@ -321,7 +296,7 @@ def _release(x, alpha, M):
     return y, (1 if y != t else 0)
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _f32_to_i32(v):
     """float32 -> int32 toward zero, saturating, NaN -> 0 (the GPU's cvt.rzi.s32.f32)."""
     if v != v:
@@ -337,21 +312,21 @@ def _f32_to_i32(v):
 # elementwise kernels behind the public primitives
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _shift_exp2_arr(x, R, exp_M, division, out):
     for i in range(x.size):
         y, _, _ = _shexp(np.int64(x[i]), R, exp_M, division)
         out[i] = y
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _requant_arr(p, req_M, out):
     for i in range(p.size):
         y, _, _ = _requant(np.int64(p[i]), req_M)
         out[i] = y
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _release_arr(x, alpha, M, out):
     for i in range(x.size):
         y, _ = _release(np.int64(x[i]), np.int64(alpha[i]), M)
@@ -359,27 +334,13 @@ def _release_arr(x, alpha, M, out):
 
 
 def _int32_array(x, what: str) -> np.ndarray:
-    arr, _ = to_numpy(x, what)
-    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
-        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: integer dtypes holding int32 "
-                        "values")
-    if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
-        raise ValueError(f"{what} has values outside int32 [-2**31, 2**31 - 1]")
+    arr = int_input(x, what, INT32_MIN, INT32_MAX, allowed="integer dtypes holding int32 values",
+                    range_name="int32")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
 def _int32_scalar(x, what: str, lo: int = INT32_MIN) -> int:
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{what} must be an int, got {type(x).__name__}")
-    if not lo <= int(x) <= INT32_MAX:
-        raise ValueError(f"{what} = {x} is outside [{lo}, 2**31 - 1]")
-    return int(x)
-
-
-def _check_bool(x, what: str) -> bool:
-    if not isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"{what} must be a bool, got {type(x).__name__}")
-    return bool(x)
+    return check_int(x, what, lo, INT32_MAX, type_error=True)
 
 
 def shift_exp2(x, R: int, exp_M: int, division: bool = False) -> np.ndarray:
@@ -407,7 +368,7 @@ def shift_exp2(x, R: int, exp_M: int, division: bool = False) -> np.ndarray:
     xa = _int32_array(x, "x")
     R = _int32_scalar(R, "R", lo=1)
     exp_M = _int32_scalar(exp_M, "exp_M")
-    division = _check_bool(division, "division")
+    division = check_bool(division, "division")
     out = np.empty(xa.shape, dtype=np.int32)
     _shift_exp2_arr(xa.reshape(-1), R, exp_M, division, out.reshape(-1))
     return out
@@ -471,26 +432,29 @@ def scale_release(x, alpha, M: int) -> np.ndarray:
 # the attention kernel
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _qflash_kernel(q, kt, v, bias, bmap, has_bias, causal, R, exp_M, req_M, l_M, acc_M, bk,
-                   m_init, division, out):
-    """Algorithm 1 per query row; tasks of ``_ROWS_PER_TASK`` rows run in parallel.  Returns
-    per-task counters ``(ntask, _NCOUNT)``."""
-    B, Lq, d = q.shape
-    Lk = kt.shape[2]
+@jit(parallel=True)
+def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req_M, l_M, acc_M,
+                   bk, m_init, division, out):
+    """Algorithm 1 per query row of a chunk: ``S (gh, rows, Lk)`` holds the exact int8 score
+    products of entries ``g0 ..`` and query rows ``r0 ..`` (float, from the int8 plumbing's
+    GEMM); tasks of ``_ROWS_PER_TASK`` rows run in parallel.  Returns per-task counters
+    ``(gh * ntr, _NCOUNT)`` (task ``t`` belongs to entry ``g0 + t // ntr``)."""
+    gh, rows, Lk = S.shape
     dv = v.shape[2]
     nk = (Lk + bk - 1) // bk
-    ntr = (Lq + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
-    ntask = B * ntr
+    ntr = (rows + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
+    ntask = gh * ntr
     cnt = np.zeros((ntask, _NCOUNT), dtype=np.int64)
     for task in prange(ntask):
-        b = task // ntr
+        gi = task // ntr
+        b = g0 + gi
         i0 = (task % ntr) * _ROWS_PER_TASK
-        i1 = min(Lq, i0 + _ROWS_PER_TASK)
+        i1 = min(rows, i0 + _ROWS_PER_TASK)
         s = np.empty(bk, dtype=np.int64)
         p8 = np.empty(bk, dtype=np.int64)
         acc = np.empty(dv, dtype=np.int64)
         tile = np.empty(dv, dtype=np.int64)
+        tile32 = np.empty(dv, dtype=np.int32)
         c_tiles = 0
         c_resc = 0
         c_ovf = 0
@@ -500,7 +464,8 @@ def _qflash_kernel(q, kt, v, bias, bmap, has_bias, causal, R, exp_M, req_M, l_M,
         c_zero = 0
         c_neg = 0
         mb = bmap[b]
-        for i in range(i0, i1):
+        for ii in range(i0, i1):
+            i = r0 + ii
             m = np.int64(m_init)
             lsum = np.int64(1)
             acc[:] = 0
@@ -508,13 +473,8 @@ def _qflash_kernel(q, kt, v, bias, bmap, has_bias, causal, R, exp_M, req_M, l_M,
             for t in range(nk):
                 j0 = t * bk
                 nv = min(bk, Lk - j0)
-                # S = q8 k8^T (exact: d <= D_MAX)
-                for jj in range(nv):
-                    s[jj] = 0
-                for kk in range(d):
-                    qv = np.int64(q[b, i, kk])
-                    for jj in range(nv):
-                        s[jj] += qv * kt[b, kk, j0 + jj]
+                for jj in range(nv):  # S = q8 k8^T (exact: d <= D_MAX)
+                    s[jj] = np.int64(S[gi, ii, j0 + jj])
                 mx = m
                 for jj in range(bk):
                     if jj < nv:
@@ -566,11 +526,15 @@ def _qflash_kernel(q, kt, v, bias, bmap, has_bias, causal, R, exp_M, req_M, l_M,
                 if lsum != raw:
                     c_wrap += 1
                 tile[:] = 0
-                for jj in range(nv):
-                    pj = p8[jj]
-                    if pj != 0:
-                        for c in range(dv):
-                            tile[c] += pj * v[b, j0 + jj, c]
+                for js in range(0, nv, _TILE32_KEYS):  # int32 sums (exact), widened per run
+                    tile32[:] = 0
+                    for jj in range(js, min(nv, js + _TILE32_KEYS)):
+                        pj = np.int32(p8[jj])
+                        if pj != 0:
+                            for c in range(dv):
+                                tile32[c] += pj * v[b, j0 + jj, c]
+                    for c in range(dv):
+                        tile[c] += tile32[c]
                 for c in range(dv):
                     ar, wr = _release(acc[c], alpha, acc_M)
                     c_wrap += wr
@@ -646,53 +610,10 @@ class QFlashStats(Stats):
     constants: list = field(default_factory=list)
     calls: int = 0
 
-    _derived = ("total_tiles", "total_rescales", "total_exp_overflows",
-                "total_requant_wraps", "total_int32_wraps", "total_output_wraps",
-                "total_zero_denominators", "total_negative_weights", "hazards")
-
-
-    def _total(self, name: str) -> int:
-        return int(sum(int(a.sum()) for a in getattr(self, name)))
-
-    @property
-    def total_tiles(self) -> int:
-        """(row, key tile) steps over everything recorded."""
-        return self._total("tiles")
-
-    @property
-    def total_rescales(self) -> int:
-        """Running-max increases over everything recorded."""
-        return self._total("rescales")
-
-    @property
-    def total_exp_overflows(self) -> int:
-        """int32 overflows of ``x * exp_M`` over everything recorded."""
-        return self._total("exp_overflows")
-
-    @property
-    def total_requant_wraps(self) -> int:
-        """int8 wraps in ``requant`` over everything recorded."""
-        return self._total("requant_wraps")
-
-    @property
-    def total_int32_wraps(self) -> int:
-        """Other int32 wraps over everything recorded."""
-        return self._total("int32_wraps")
-
-    @property
-    def total_output_wraps(self) -> int:
-        """int8 wraps of the output over everything recorded."""
-        return self._total("output_wraps")
-
-    @property
-    def total_zero_denominators(self) -> int:
-        """Rows with ``l == 0`` over everything recorded."""
-        return self._total("zero_denominators")
-
-    @property
-    def total_negative_weights(self) -> int:
-        """Negative P8 / alpha that reached l and acc, over everything recorded."""
-        return self._total("negative_weights")
+    _COUNTERS = ("tiles", "rescales", "exp_overflows", "requant_wraps", "int32_wraps",
+                 "output_wraps", "zero_denominators", "negative_weights")  # kernel columns
+    _totals = _COUNTERS
+    _derived = ("hazards",)
 
     @property
     def hazards(self) -> dict:
@@ -707,13 +628,8 @@ class QFlashStats(Stats):
 
 
 def _stats_from_counts(cnt: np.ndarray, exp_M_zero: bool, consts: dict | None) -> QFlashStats:
-    cols = {"tiles": _C_TILES, "rescales": _C_RESCALES, "exp_overflows": _C_EXP_OVF,
-            "requant_wraps": _C_REQ_WRAP, "int32_wraps": _C_I32_WRAP,
-            "output_wraps": _C_OUT_WRAP, "zero_denominators": _C_ZERO_DEN,
-            "negative_weights": _C_NEG_EXP}
-    kw = {n: [np.ascontiguousarray(cnt[:, c])] for n, c in cols.items()}
-    return QFlashStats(**kw, exp_M_zero=int(bool(exp_M_zero)),
-                       constants=[consts] if consts is not None else [{}], calls=1)
+    return QFlashStats.from_columns(cnt, QFlashStats._COUNTERS, exp_M_zero=int(bool(exp_M_zero)),
+                                    constants=[consts] if consts is not None else [{}])
 
 
 # ------------------------------------------------------------------------------------------
@@ -727,49 +643,29 @@ def _bias_planes(bias, lead: tuple, Lq: int, Lk: int):
     B = int(np.prod(lead, dtype=np.int64))
     if bias is None:
         return np.zeros((1, 0, 0), dtype=np.int64), np.zeros(B, dtype=np.int64), False
-    arr, _ = to_numpy(bias, "bias")
-    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
-        raise TypeError(f"bias has dtype {arr.dtype}; allowed: integer dtypes holding int32 "
-                        f"values (e.g. 0 and {MASK_BIAS} for a masked key)")
-    if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
-        raise ValueError("bias has values outside int32")
-    full = lead + (Lq, Lk)
-    try:
-        ok = np.broadcast_shapes(arr.shape, full) == full
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"bias of shape {arr.shape} does not broadcast to {full}")
-    nd = len(full)
-    arr = arr.reshape((1,) * (nd - arr.ndim) + arr.shape)
-    mlead = arr.shape[:-2]
-    idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
-    bmap = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
-    planes = np.ascontiguousarray(np.broadcast_to(arr, mlead + (Lq, Lk)),
-                                  dtype=np.int64).reshape((-1, Lq, Lk))
+    arr = int_input(bias, "bias", INT32_MIN, INT32_MAX, range_name="int32",
+                    allowed=f"integer dtypes holding int32 values (e.g. 0 and {MASK_BIAS} for "
+                    "a masked key)")
+    planes, bmap = mask_planes(arr, lead, Lq, Lk, "bias", np.int64)
     return planes, bmap, True
-
-
-def _writable(a: np.ndarray, dtype) -> np.ndarray:
-    """``a`` as a writable C-contiguous array of ``dtype`` (read-only views, e.g. from
-    ``np.broadcast_to``, would give the Numba kernel a second signature to compile)."""
-    a = np.ascontiguousarray(a, dtype=dtype)
-    return a if a.flags.writeable else a.copy()
 
 
 def _run_core(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k, bias_planes, bmap, has_bias,
               causal, m_init, division):
-    """Validated arrays ``(B, L, d)`` -> (o8 (B, Lq, dv), counters (B, _NCOUNT))."""
+    """Validated arrays ``(B, L, d)`` -> (o8 (B, Lq, dv), counters (B, _NCOUNT)): the scores
+    by the int8 plumbing's exact GEMM in row chunks, Algorithm 1 by the kernel."""
     B, Lq, _ = q8.shape
-    kt = np.ascontiguousarray(np.transpose(k8, (0, 2, 1)), dtype=np.int32)
-    qi = np.ascontiguousarray(q8, dtype=np.int32)
     vi = np.ascontiguousarray(v8, dtype=np.int32)
     out = np.empty((B, Lq, v8.shape[2]), dtype=np.int8)
-    cnt = _qflash_kernel(qi, kt, vi, _writable(bias_planes, np.int64),
-                         _writable(bmap, np.int64), has_bias, causal, R, exp_M, req_M, l_M,
-                         acc_M, block_k, m_init, division, out)
-    ntr = -(-Lq // _ROWS_PER_TASK)
-    return out, cnt.reshape(B, ntr, _NCOUNT).sum(axis=1)
+    counts = np.zeros((B, _NCOUNT), dtype=np.int64)
+    bias_planes = kernel_array(bias_planes, np.int64)
+    bmap = kernel_array(bmap, np.int64)
+    for g0, g1, r0, _, S in score_chunks(q8, k8):
+        kernel = for_size(_qflash_kernel, S.size)
+        cnt = kernel(S, vi, bias_planes, bmap, has_bias, causal, g0, r0, Lq, R,
+                             exp_M, req_M, l_M, acc_M, block_k, m_init, division, out)
+        counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
+    return out, counts
 
 
 def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int,
@@ -822,9 +718,9 @@ def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int
     acc_M = _int32_scalar(acc_M, "acc_M")
     m_init = _int32_scalar(m_init, "m_init")
     bk = check_block(block_k, "block_k")
-    division = _check_bool(division, "division")
-    causal = _check_bool(causal, "causal")
-    _check_bool(return_stats, "return_stats")
+    division = check_bool(division, "division")
+    causal = check_bool(causal, "causal")
+    check_bool(return_stats, "return_stats")
     Lq, d = qa.shape[-2:]
     Lk, dv = va.shape[-2:]
 
@@ -859,40 +755,32 @@ def _mask_bias(prob: Problem, s: float):
 
 
 def no_key_rows(prob: Problem) -> np.ndarray | None:
-    """Boolean ``(B, Lq)``: query rows that see no key (causal and mask combined), or None
-    when every row sees one."""
-    Lq, Lk = prob.Lq, prob.Lk
-    if prob.mask is None:
-        if not prob.causal or Lq <= Lk:
-            return None if Lk > 0 else np.ones((prob.B, Lq), dtype=bool)
-        rows = np.arange(Lq) + (Lk - Lq) < 0
-        return np.broadcast_to(rows, (prob.B, Lq))
-    vis = prob.mask != -np.inf
-    if prob.causal:
-        vis = vis & causal_visible(Lq, Lk)[None]
-    none = ~vis.any(axis=2)
-    if not none.any():
-        return None
-    return none[prob.mask_map]
+    """Boolean ``(B, Lq)``: query rows that see no key, or None (kept for compatibility:
+    :meth:`Problem.no_key_rows`, which :func:`lowprec.attention` applies to every scheme)."""
+    return prob.no_key_rows()
 
 
 def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
             m_init: int = M_INIT_DEFAULT, division: bool = False, on_hazard: str = "count"):
-    if on_hazard not in HAZARD_POLICIES:
-        raise ValueError(f"on_hazard {on_hazard!r} is not one of {', '.join(HAZARD_POLICIES)}")
+    check_choice(on_hazard, "on_hazard", HAZARD_POLICIES)
     bk = check_block(block_k, "block_k")
     m_init = _int32_scalar(m_init, "m_init")
-    division = _check_bool(division, "division")
+    division = check_bool(division, "division")
     if prob.d > D_MAX:
         raise ValueError(f"d = {prob.d} > {D_MAX}: int8 dot products could wrap int32")
-    c = host_constants(prob.q, prob.k, prob.v, prob.scale)
+    qkv8, scales = [], []
+    for name, x in (("q", prob.q), ("k", prob.k), ("v", prob.v)):
+        float_input(x, name, finite=True, why="QFlash needs finite inputs")
+        codes, sx, _ = int8_rows(x.reshape((1, -1)), scale_dtype="float64", narrow=False,
+                                 what=name)
+        qkv8.append(codes.reshape(x.shape))
+        scales.append(float(sx[0]))
+    c = QFlashConstants.from_scales(*scales, prob.scale)
     if on_hazard == "raise" and c.exp_M_zero:
         raise QFlashHazardError(
             f"exp_M = round(-s * 2**16) = 0 for score unit s = {c.s:.3g} < 2**-17: ShiftExp2 "
             "does no range reduction (inputs too small for per-tensor int8 QFlash)")
-    q8 = quantize_int8(prob.q, c.s_q)
-    k8 = quantize_int8(prob.k, c.s_k)
-    v8 = quantize_int8(prob.v, c.s_v)
+    q8, k8, v8 = qkv8
     planes, bmap, has_bias = _mask_bias(prob, c.s)
     o8, cnt = _run_core(q8, k8, v8, c.R, c.exp_M, c.req_M, c.l_M, c.acc_M, bk, planes,
                         bmap, has_bias, prob.causal, m_init, division)
@@ -905,9 +793,6 @@ def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
                 + ", ".join(f"{k}={n}" for k, n in bad.items())
                 + f"; constants R={c.R}, exp_M={c.exp_M}, req_M={c.req_M}")
     out = (o8.astype(np.float64) * c.s_v).astype(np.float32)
-    none = no_key_rows(prob)
-    if none is not None:
-        out[none] = np.nan
     return out, (st if return_stats else None)
 
 
@@ -915,14 +800,10 @@ register(Scheme(
     "qflash",
     "QFlash integer-only flash attention (per-tensor int8, ShiftExp2, ScaleRelease)",
     _qflash,
-    options=("block_k", "m_init", "division", "on_hazard"),
+    options=("block_k", "m_init", "division", "on_hazard"), stats=QFlashStats, order=40,
 ))
 
 __all__ = ["QFlashConstants", "QFlashStats", "QFlashHazardError", "host_constants",
            "quantize_int8", "shift_exp2", "requant", "scale_release", "qflash_core",
            "no_key_rows", "BLOCK_K_DEFAULT", "M_INIT_DEFAULT", "MASK_BIAS", "SHIFT_EXP",
            "SHIFT_RELEASE"]
-
-from ..formats._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

@@ -13,12 +13,18 @@ import numpy as np
 
 from ..stats import BapsStats
 from . import Scheme, register
-from .online import EXP_FLOAT, FA2, EngineConfig, run_engine
-from .tiling import Problem, causal_visible, check_block
+from .online import (
+    BLOCK_K_DEFAULT,
+    BLOCK_Q_DEFAULT,
+    EXP_FLOAT,
+    FA2,
+    EngineConfig,
+    run_engine,
+    tile_stats,
+)
+from .problem import Problem, causal_visible, check_block
 
 REFERENCE_CHUNK = 256  # query rows per float64 chunk
-BLOCK_Q_DEFAULT = 128
-BLOCK_K_DEFAULT = 128
 
 
 def reference_core(prob: Problem, chunk: int = REFERENCE_CHUNK) -> np.ndarray:
@@ -63,16 +69,7 @@ def _flash(prob: Problem, return_stats: bool, block_q: int = BLOCK_Q_DEFAULT,
     return out, (tile_stats(flags, rr) if return_stats else None)
 
 
-def tile_stats(flags: np.ndarray, row_restarts: np.ndarray) -> BapsStats:
-    """One call's :class:`~lowprec.stats.BapsStats` from the engine's per-tile flags."""
-    tiles = ((flags == 0) | (flags == 1)).sum(axis=(1, 2)).astype(np.int64)
-    restarts = (flags == 1).sum(axis=(1, 2)).astype(np.int64)
-    return BapsStats(tiles=[tiles], restarts=[restarts],
-                     row_restarts=[np.asarray(row_restarts, dtype=np.int64)], flags=[flags],
-                     calls=1)
-
-
 register(Scheme("reference", "exact softmax attention in float64 (the accuracy oracle)",
-                _reference, options=(), float64=True))
+                _reference, options=(), float64=True, order=0))
 register(Scheme("flash", "float32 tiled online-softmax attention (FlashAttention-2, base 2)",
-                _flash, options=("block_q", "block_k")))
+                _flash, options=("block_q", "block_k"), stats=BapsStats, order=10))

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..formats import api as _fmt
 from ..formats.core import get_format
+from ..stats import sqnr
 
 FLOAT_FORMATS = ("hif8", "e4m3", "e5m2")
 ROUNDINGS = ("nearest_even", "nearest_away", "toward_zero", "up", "down", "stochastic")
@@ -44,9 +45,7 @@ _SR_SEED = 12345  # stochastic rounding seed of the studies
 
 def _sdb(x: np.ndarray, y: np.ndarray) -> float:
     """SQNR in dB of ``y`` against ``x`` (float64); inf when exact."""
-    x = np.asarray(x, np.float64)
-    noise = float(np.sum((np.asarray(y, np.float64) - x) ** 2))
-    return 10 * math.log10(float(np.sum(x * x)) / noise) if noise > 0 else math.inf
+    return sqnr(y, x)
 
 
 def value_set(fmt: str) -> np.ndarray:

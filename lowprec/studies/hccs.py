@@ -38,6 +38,7 @@ import numpy as np
 from ..kernels import attention
 from ..kernels.baselines import ibert_scale, ibert_softmax, ivit_scale, ivit_shiftmax
 from ..kernels.hccs import PATHS, calibrate, hccs_core, output_scale
+from ..stats import sqnr
 
 #: What the HCCS paper reports (section V-C): calibrated KL before retraining, BERT heads.
 PAPER_KL = {"broad": (0.1, 0.3), "focused": (0.2, 0.3)}
@@ -179,11 +180,6 @@ def print_kl_study(res: dict | None = None, **kw) -> dict:
     return res
 
 
-def _sqnr(ref: np.ndarray, out: np.ndarray) -> float:
-    err = np.sum((out.astype(np.float64) - ref) ** 2)
-    return float(10 * np.log10(np.sum(ref**2) / err)) if err > 0 else math.inf
-
-
 ATTENTION_CONFIGS = {
     "ivit (logit_bits=8, out_bits=16: default)": ("ivit", {}),
     "ivit (int32 logits, out_bits=8)": ("ivit", {"logit_bits": None, "out_bits": 8}),
@@ -215,7 +211,7 @@ def attention_sqnr(workloads=("A2", "A7"), *, amplitude: float = 4.0, batch: int
                    .astype(np.float16).astype(np.float32) for _ in range(3))
         ref = attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
                         "reference")
-        res[wl] = {name: _sqnr(ref, attention(q, k, v, sch, **opts))
+        res[wl] = {name: sqnr(attention(q, k, v, sch, **opts), ref)
                    for name, (sch, opts) in configs.items()}
     return res
 

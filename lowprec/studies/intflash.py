@@ -46,7 +46,7 @@ import numpy as np
 
 from ..formats import api as _fmt
 from ..kernels import attention
-from ..kernels.tiling import LOG2E
+from ..kernels.problem import LOG2E
 
 LENGTHS_FULL = (1024, 2048, 4096, 8192, 16384)
 #: The paper's Tables 1 (normal) and 2 (uniform): MRE in percent per N in LENGTHS_FULL.

@@ -32,23 +32,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..kernels import attention, schemes
+from ..kernels import attention, scheme_records
+from ..stats import sqnr, to_jsonable
 from . import baps as _baps
 from . import intattention as _ia
 
 DEFAULT_OUT = "lowprec-study"
 #: ``--model`` choices: auto = the real models that are installed, else synthetic only.
 MODEL_CHOICES = ("auto", "synthetic", "minilm", "smollm2", "all")
-#: scheme -> variants run by the study: {label suffix: options}
-_VARIANTS = {
-    "baps": "config",
-    "intflash": "variant",
-}
 _SKIP = ("reference",)  # the oracle every scheme is compared with
-#: display order of the schemes (float first, then the integer papers, then baselines);
-#: schemes not listed follow in registry order
-ORDER = ("flash", "baps", "intflash", "qflash", "intattention", "quant_only",
-         "index_softmax_only", "exaq", "hccs", "ivit", "ibert")
 #: sizes: name -> (quick, default)
 SIZES = {
     "decoder": ({"L": 256, "heads": 8}, {"L": 1024, "heads": 8}),
@@ -70,7 +62,8 @@ def scheme_runs(selected=None) -> dict[str, tuple[str, dict]]:
     """The attention runs of the study: ``{label: (scheme, options)}``.
 
     Every registered attention scheme except ``reference`` (the oracle) is run with its
-    defaults; ``baps`` once per configuration (label ``baps/<config>``) and ``intflash`` once
+    defaults, in the display order of the scheme records; a scheme with ``variants`` once per
+    variant: ``baps`` once per configuration (label ``baps/<config>``) and ``intflash`` once
     per variant (``intflash/full``, ``intflash/half``).
 
     Args:
@@ -87,18 +80,15 @@ def scheme_runs(selected=None) -> dict[str, tuple[str, dict]]:
         >>> list(scheme_runs(["baps/e2e_hif8", "qflash"]))
         ['baps/e2e_hif8', 'qflash']
     """
-    from ..kernels.baps import CONFIGS
-    from ..kernels.intflash import VARIANTS
-
-    variants = {"baps": list(CONFIGS), "intflash": list(VARIANTS)}
     runs: dict[str, tuple[str, dict]] = {}
-    names = [n for n in ORDER if n in schemes()] + [n for n in schemes() if n not in ORDER]
-    for name in names:
+    for rec in scheme_records():
+        name = rec.name
         if name in _SKIP:
             continue
-        if name in variants:
-            for v in variants[name]:
-                runs[f"{name}/{v}"] = (name, {_VARIANTS[name]: v})
+        if rec.variants is not None:
+            option, values = rec.variants
+            for v in values:
+                runs[f"{name}/{v}"] = (name, {option: v})
         else:
             runs[name] = (name, {})
     if selected is None:
@@ -173,7 +163,7 @@ def accuracy_metrics(out, ref) -> dict:
     rel = nd / nb
     return {"rel_l2": rel,
             "cos": float(a @ b / (np.linalg.norm(a) * nb)),
-            "sqnr_db": 20 * math.log10(nb / nd) if nd > 0 else math.inf,
+            "sqnr_db": sqnr(a, b),
             "max_abs": float(np.max(np.abs(d))) if d.size else 0.0,
             "nonfinite": 0}
 
@@ -459,34 +449,6 @@ def _machine() -> dict:
     return {"python": platform.python_version(), "platform": platform.platform(),
             "cpu_count": os.cpu_count(), "numpy": np.__version__, "numba": numba.__version__,
             "numba_threads": numba.get_num_threads()}
-
-
-def to_jsonable(obj):
-    """``obj`` with numpy scalars/arrays turned into Python values and non-finite floats into
-    None (strict JSON), tuple keys into strings.
-
-    Example:
-        >>> to_jsonable({"a": np.float32(1.5), 2: [np.inf]})
-        {'a': 1.5, '2': [None]}
-    """
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, (np.bool_, bool)):
-        return bool(obj)
-    if isinstance(obj, (np.integer, int)):
-        return int(obj)
-    if isinstance(obj, (np.floating, float)):
-        f = float(obj)
-        return f if math.isfinite(f) else None
-    if obj is None or isinstance(obj, str):
-        return obj
-    if hasattr(obj, "to_dict"):
-        return to_jsonable(obj.to_dict())
-    return str(obj)
 
 
 # ----------------------------------------------------------------------------------------

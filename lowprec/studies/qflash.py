@@ -28,6 +28,7 @@ import numpy as np
 
 from ..kernels import attention, schemes
 from ..kernels.qflash import QFlashConstants
+from ..stats import sqnr
 
 #: Table 1 of the paper: workload -> (windows, heads, N, D); Swin windows fold into the batch.
 WORKLOADS = {
@@ -67,10 +68,7 @@ def sqnr_mse(out, ref) -> tuple[float, float]:
     """``(SQNR dB, MSE)`` of ``out`` against ``ref`` over all elements (NaN -> inf error)."""
     out = np.asarray(out, dtype=np.float64)
     err = np.where(np.isfinite(out), out - ref, np.inf)
-    mse = float(np.mean(err**2))
-    noise = float(np.sum(err**2))
-    sig = float(np.sum(ref**2))
-    return (10 * math.log10(sig / noise) if noise > 0 else math.inf), mse
+    return sqnr(out, ref), float(np.mean(err**2))
 
 
 def table4(workloads=tuple(WORKLOADS), *, batch: int = 8, seed: int = 0,

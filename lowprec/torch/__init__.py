@@ -1,6 +1,7 @@
 """PyTorch integration (design.md "PyTorch integration"; issue 5).
 
-``from lowprec.torch import emulate``; see :mod:`lowprec.torch.emulate` (the context),
+``from lowprec.torch import emulate``; see :mod:`lowprec.torch.emulate` (the context; its
+report model :mod:`lowprec.torch.report`, the SDPA argument semantics :mod:`lowprec.torch.sdpa`),
 :mod:`lowprec.torch.hooks` (nn.Linear fake-quantization), :mod:`lowprec.torch.hf` (transformers
 models with eager attention) and :mod:`lowprec.torch.models` (real models loaded offline:
 ``load_model``, ``available_models``, ``mean_pool``, ``sample_text``).  torch is imported on
@@ -15,9 +16,9 @@ import importlib
 _LAZY = {
     "emulate": "emulate",
     "Emulation": "emulate",
-    "EmulationStats": "emulate",
-    "ModuleStats": "emulate",
-    "CallRecord": "emulate",
+    "EmulationStats": "report",
+    "ModuleStats": "report",
+    "CallRecord": "report",
     "SHORTHANDS": "emulate",
     "QuantStats": "hooks",
     "QUANT_FORMATS": "hooks",
@@ -27,7 +28,8 @@ _LAZY = {
     "sample_text": "models",
     "ModelNotInstalledError": "models",
 }
-_NO_TORCH = {"available_models", "sample_text", "ModelNotInstalledError"}  # work without torch
+_NO_TORCH = {"available_models", "sample_text", "ModelNotInstalledError",  # work without torch
+             "EmulationStats", "ModuleStats", "CallRecord"}
 
 __all__ = sorted(_LAZY)
 

@@ -5,6 +5,8 @@ design.md "PyTorch integration"; specs/attention.md sections 0 and 8::
     from lowprec.torch import emulate
     with torch.no_grad(), emulate("baps", config="e2e_hif8", tau=1, model=model) as run:
         out = model(x)
+from .report import CallRecord, EmulationStats, ModuleStats
+from .sdpa import bind_sdpa, combine, empty_rows, materialize_mask, powers, repeat_kv
     print(run.stats.summary())          # per module: calls, ARR/PRR, SQNR, saturation...
     run.stats.to_dict()                 # {module: {stat: value}}, JSON-ready
     run.stats.restart_rate              # ARR over every call
@@ -39,39 +41,22 @@ How it works
   switch is per model, not per thread; models not watched are not switched (this cannot be
   detected).  Details and limits: :mod:`lowprec.torch.hf`.  ``run.hf_switched`` lists them.
 
-SDPA semantics reproduced (torch 2.x ``scaled_dot_product_attention``):
-
-* ``is_causal=True`` is torch's *top-left* aligned mask (query ``i`` sees keys ``j <= i``).
-  When ``Lq == Lk`` this equals lowprec's (bottom-right) ``causal=True`` and is passed as such;
-  otherwise it is folded into the mask given to :func:`lowprec.attention`.
-* ``attn_mask``: boolean (True = attend) or additive float, broadcast as torch does; both may
-  be combined with ``is_causal``.  ``torch.nn.attention.bias.CausalBias`` masks are materialized.
-* ``scale`` as torch (default ``1/sqrt(d)``); ``enable_gqa=True`` repeats each k/v head
-  ``Hq / Hkv`` times (``repeat_interleave`` on dim -3, as torch).
-* Output: q's dtype and device, shape ``q.shape[:-1] + (dv,)`` (leading dims broadcast).
-* A query row with no visible key: torch SDPA returns 0 there and lowprec's schemes NaN;
-  ``empty_rows="zero"`` (default) writes 0 like torch (so padded rows do not spread NaN through
-  the model), ``empty_rows="nan"`` keeps lowprec's NaN.
-* ``dropout_p > 0`` raises ``ValueError``; q, k, v or a float mask requiring grad while grad mode
-  is enabled raises ``RuntimeError`` (forward emulation only: use ``torch.no_grad()``).
-* CUDA (or any non-CPU) tensors are moved to the CPU, computed there and the result moved back,
-  with one ``UserWarning`` per context.
+SDPA semantics reproduced: :mod:`lowprec.torch.sdpa`; the report model (records, per-module
+statistics, summary, JSON): :mod:`lowprec.torch.report`.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 
-from ..stats import BapsStats, Stats, _plain
+from ..kernels.problem import one_blas_thread
+from ..stats import sqnr_db
 from .hooks import (
     QuantStats,
     check_patterns,
@@ -80,6 +65,8 @@ from .hooks import (
     fake_quant,
     selected,
 )
+from .report import CallRecord, EmulationStats, ModuleStats
+from .sdpa import bind_sdpa, combine, empty_rows, materialize_mask, powers, repeat_kv
 
 SHORTHANDS = {  # design.md "PyTorch integration": scheme shorthands -> (scheme, options)
     "hif8": ("baps", {"config": "e2e_hif8"}),
@@ -90,7 +77,6 @@ UNKNOWN_MODULE = "<unknown>"  # calls made outside every watched module
 ROOT_MODULE = "<root>"  # the name of a watched model itself (torch's qualified name "")
 EMPTY_ROWS = ("zero", "nan")
 # options whose validity depends on the problem's shape: no test call at entry with them
-_SHAPE_DEPENDENT = {"hccs": ("params",), "baps": ("critical",)}
 _TLS = threading.local()  # .stack: active Emulation objects of this thread, innermost last
 
 
@@ -105,273 +91,8 @@ def _active_stack() -> list:
 # statistics (no torch dependency)
 
 
-@dataclass
-class CallRecord:
-    """One intercepted attention call.
-
-    Attributes:
-        index: position of the call in the context (0, 1, ...).
-        module: qualified name of the module it is attributed to.
-        q_shape, k_shape, v_shape: the shapes given to SDPA (k/v before GQA repetition).
-        dtype: q's dtype as a string (``"torch.float32"``).
-        causal, masked, gqa: the SDPA flags of the call.
-        seconds: wall time of the emulated attention (``lowprec.attention``).
-        sqnr_db: SQNR of the output against float32 SDPA (``reference=True``), else None.
-        empty_rows: query rows without a visible key (zeroed or NaN, see ``empty_rows=``).
-        stats: the scheme's statistics object of this call (None for ``reference``).
-    """
-
-    index: int
-    module: str
-    q_shape: tuple
-    k_shape: tuple
-    v_shape: tuple
-    dtype: str
-    causal: bool
-    masked: bool
-    gqa: bool
-    seconds: float
-    sqnr_db: float | None = None
-    empty_rows: int = 0
-    stats: Stats | None = None
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict (the scheme stats' scalar entries under ``"stats"``)."""
-        d = {k: _json_value(getattr(self, k)) for k in (
-            "index", "module", "q_shape", "k_shape", "v_shape", "dtype", "causal", "masked",
-            "gqa", "seconds", "sqnr_db", "empty_rows")}
-        d["q_shape"], d["k_shape"], d["v_shape"] = (list(self.q_shape), list(self.k_shape),
-                                                    list(self.v_shape))
-        d["stats"] = _scalar_dict(self.stats) if self.stats is not None else None
-        return d
-
-
-@dataclass
-class ModuleStats(Stats):
-    """Statistics of one module (qualified name) over a context.
-
-    Attributes:
-        calls: intercepted attention calls attributed to the module.
-        seconds: their total emulation time.
-        empty_rows: query rows without a visible key.
-        scheme_stats: the scheme's statistics merged over the calls with ``+`` (``BapsStats``
-            for ``baps``/``flash``, ``IntAttentionStats``, ...; None for ``reference``).
-        sqnr_db: per call, SQNR (dB) against float32 SDPA (``reference=True`` only).
-        signal, noise: sums of ``ref**2`` and ``(out - ref)**2`` over those calls (pooled SQNR).
-        quant: :class:`~lowprec.torch.hooks.QuantStats` of the module's Linear hooks, or None.
-
-    Derived: ``restart_rate`` / ``peak_restart_rate`` (ARR/PRR, None unless the scheme records
-    :class:`~lowprec.stats.BapsStats`), ``sqnr_db_mean``, ``sqnr_db_min``, ``sqnr_db_pooled``.
-    """
-
-    calls: int = 0
-    seconds: float = 0.0
-    empty_rows: int = 0
-    scheme_stats: Stats | None = None
-    sqnr_db: list = field(default_factory=list)
-    signal: float = 0.0
-    noise: float = 0.0
-    quant: QuantStats | None = None
-
-    def merge(self, other: ModuleStats) -> ModuleStats:
-        return ModuleStats(
-            self.calls + other.calls, self.seconds + other.seconds,
-            self.empty_rows + other.empty_rows, _add(self.scheme_stats, other.scheme_stats),
-            self.sqnr_db + other.sqnr_db, self.signal + other.signal, self.noise + other.noise,
-            _add(self.quant, other.quant))
-
-    @property
-    def restart_rate(self) -> float | None:
-        """ARR of the module's BAPS calls (None when the scheme records no BapsStats)."""
-        s = self.scheme_stats
-        return s.restart_rate if isinstance(s, BapsStats) else None
-
-    @property
-    def peak_restart_rate(self) -> float | None:
-        """PRR of the module's BAPS calls (None when the scheme records no BapsStats)."""
-        s = self.scheme_stats
-        return s.peak_restart_rate if isinstance(s, BapsStats) else None
-
-    @property
-    def sqnr_db_mean(self) -> float | None:
-        """Mean of the per-call SQNRs in dB (None without ``reference=True``)."""
-        return float(np.mean(self.sqnr_db)) if self.sqnr_db else None
-
-    @property
-    def sqnr_db_min(self) -> float | None:
-        """Smallest per-call SQNR in dB (None without ``reference=True``)."""
-        return float(np.min(self.sqnr_db)) if self.sqnr_db else None
-
-    @property
-    def sqnr_db_pooled(self) -> float | None:
-        """SQNR of all the module's outputs together, ``10 log10(signal / noise)``."""
-        if not self.sqnr_db:
-            return None
-        return _sqnr(self.signal, self.noise)
-
-    def to_dict(self, full: bool = False) -> dict:
-        """JSON-ready ``{stat: value}``: calls, seconds, empty_rows, restart_rate,
-        peak_restart_rate, sqnr_db_mean/min/pooled, the Linear hook counts and fractions
-        (``act_*``, ``w_*``) and the scheme statistics' scalar entries (prefixed ``scheme.``);
-        ``full=True`` adds the per-call SQNR list and the scheme statistics' lists.
-        Non-finite floats become None (strict JSON)."""
-        d = {"calls": self.calls, "seconds": self.seconds, "empty_rows": self.empty_rows,
-             "restart_rate": self.restart_rate, "peak_restart_rate": self.peak_restart_rate,
-             "sqnr_db_mean": self.sqnr_db_mean, "sqnr_db_min": self.sqnr_db_min,
-             "sqnr_db_pooled": self.sqnr_db_pooled}
-        if self.quant is not None:
-            d.update(self.quant.to_dict())
-        if self.scheme_stats is not None:
-            src = self.scheme_stats.to_dict() if full else _scalar_dict(self.scheme_stats)
-            for k, val in src.items():
-                d[f"scheme.{k}"] = val
-        if full:
-            d["sqnr_db"] = list(self.sqnr_db)
-        return {k: _json_value(val) for k, val in d.items()}
-
-
-class EmulationStats:
-    """Statistics of one :func:`emulate` context: per module and per call.
-
-    Attributes:
-        modules: ``{qualified name: ModuleStats}`` in order of first appearance.
-        calls: list of :class:`CallRecord`, one per intercepted attention call.
-        scheme, options: what the context emulates.
-    """
-
-    def __init__(self, scheme: str = "", options: dict | None = None):
-        self.scheme = scheme
-        self.options = dict(options or {})
-        self.modules: dict[str, ModuleStats] = {}
-        self.calls: list[CallRecord] = []
-
-    def module(self, name: str) -> ModuleStats:
-        """The :class:`ModuleStats` of ``name`` (created empty if new)."""
-        m = self.modules.get(name)
-        if m is None:
-            m = self.modules[name] = ModuleStats()
-        return m
-
-    def record(self, rec: CallRecord, signal: float = 0.0, noise: float = 0.0) -> None:
-        """Add one call (used by the context)."""
-        self.calls.append(rec)
-        m = self.module(rec.module)
-        m.calls += 1
-        m.seconds += rec.seconds
-        m.empty_rows += rec.empty_rows
-        if rec.stats is not None:
-            m.scheme_stats = _add(m.scheme_stats, rec.stats)
-        if rec.sqnr_db is not None:
-            m.sqnr_db.append(rec.sqnr_db)
-            m.signal += signal
-            m.noise += noise
-
-    def total(self) -> ModuleStats:
-        """Every module merged into one :class:`ModuleStats`."""
-        out = ModuleStats()
-        for m in self.modules.values():
-            out = out.merge(m)
-        return out
-
-    @property
-    def restart_rate(self) -> float | None:
-        """ARR over every call (restarted / non-critical tiles); None unless BAPS-family."""
-        return self.total().restart_rate
-
-    @property
-    def peak_restart_rate(self) -> float | None:
-        """PRR: the largest per-(call, batch, head) restart rate; None unless BAPS-family."""
-        return self.total().peak_restart_rate
-
-    def to_dict(self, full: bool = False) -> dict:
-        """``{module: {stat: value}}`` (see :meth:`ModuleStats.to_dict`), JSON-ready."""
-        return {name: m.to_dict(full) for name, m in self.modules.items()}
-
-    def to_json(self, path=None, *, full: bool = False, calls: bool = True) -> str:
-        """Write (when ``path`` is given) and return a JSON report: ``scheme``, ``options``,
-        ``totals``, ``modules`` (:meth:`to_dict`) and, with ``calls``, the per-call records.
-        Strict JSON: non-finite floats are written as null."""
-        doc = {"scheme": self.scheme, "options": {k: _json_value(v) for k, v in
-                                                  self.options.items()},
-               "totals": self.total().to_dict(full=False), "modules": self.to_dict(full)}
-        if calls:
-            doc["calls"] = [c.to_dict() for c in self.calls]
-        text = json.dumps(doc, indent=1, allow_nan=False, default=str)
-        if path is not None:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        return text
-
-    def summary(self) -> str:
-        """A per-module table: calls, ARR, PRR, SQNR (mean/min dB), Linear saturation and
-        underflow (percent of elements), emulation time; a total line last."""
-        head = ("module", "calls", "ARR", "PRR", "SQNR dB", "SQNR min", "act sat%", "act uf%",
-                "w sat%", "w uf%", "time s")
-        rows = [head]
-        items = list(self.modules.items()) + [("TOTAL", self.total())]
-        for name, m in items:
-            q = m.quant
-            rows.append((
-                name, str(m.calls), _fmt(m.restart_rate, ".4f"), _fmt(m.peak_restart_rate, ".4f"),
-                _fmt(m.sqnr_db_mean, ".1f"), _fmt(m.sqnr_db_min, ".1f"),
-                _fmt(None if q is None else 100 * q.act_saturation, ".3f"),
-                _fmt(None if q is None else 100 * q.act_underflow_rate, ".3f"),
-                _fmt(None if q is None else 100 * q.w_saturation, ".3f"),
-                _fmt(None if q is None else 100 * q.w_underflow_rate, ".3f"),
-                _fmt(m.seconds, ".3f")))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        lines = [f"lowprec.emulate scheme={self.scheme} options={self.options}"]
-        for j, r in enumerate(rows):
-            lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                   for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-            if j == 0 or j == len(rows) - 2:
-                lines.append("  ".join("-" * w for w in widths))
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return (f"EmulationStats(scheme={self.scheme!r}, modules={len(self.modules)}, "
-                f"calls={len(self.calls)})")
-
-
-def _add(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a + b
-
-
-def _sqnr(signal: float, noise: float) -> float:
-    if math.isnan(signal) or math.isnan(noise):
-        return math.nan
-    if noise == 0:
-        return math.inf
-    if signal == 0:
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
-
-
-def _fmt(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def _json_value(v):
-    v = _plain(v)
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, tuple):
-        return [_json_value(x) for x in v]
-    if isinstance(v, list):
-        return [_json_value(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _json_value(x) for k, x in v.items()}
-    return v
-
-
-def _scalar_dict(st: Stats) -> dict:
-    return {k: _json_value(v) for k, v in st.to_dict().items()
-            if isinstance(v, (int, float, bool, str)) or v is None}
-
+# --------------------------------------------------------------------------------------------
+# the context
 
 # --------------------------------------------------------------------------------------------
 # the context
@@ -380,7 +101,7 @@ def _scalar_dict(st: Stats) -> dict:
 def _resolve_scheme(scheme, options: dict) -> tuple[str, dict]:
     """Shorthands -> (scheme name, options); validate the name and the option names."""
     from ..kernels import get_scheme, schemes
-    from ..kernels.tiling import check_options
+    from ..kernels.problem import check_options
 
     if not isinstance(scheme, str):
         raise TypeError(f"scheme must be a string, got {type(scheme).__name__}")
@@ -401,9 +122,10 @@ def _resolve_scheme(scheme, options: dict) -> tuple[str, dict]:
 
 def _trial_call(scheme: str, options: dict) -> None:
     """Validate option values with one tiny call (skipped for shape-dependent options)."""
-    if any(o in options for o in _SHAPE_DEPENDENT.get(scheme, ())):
+    from ..kernels import attention, get_scheme
+
+    if any(o in options for o in get_scheme(scheme).shape_dependent):
         return
-    from ..kernels import attention
 
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 4, 8)).astype(np.float32)
@@ -662,7 +384,7 @@ class Emulation:
 
         from ..kernels import attention
 
-        q, k, v, mask, dropout_p, is_causal, scale, gqa = _bind_sdpa(args, kwargs)
+        q, k, v, mask, dropout_p, is_causal, scale, gqa = bind_sdpa(args, kwargs)
         for name, t in (("query", q), ("key", k), ("value", v)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"scaled_dot_product_attention: {name} must be a tensor")
@@ -680,25 +402,25 @@ class Emulation:
                               "CPU for emulation and the result moved back (slow)",
                               UserWarning, stacklevel=3)
                 self._warned_device = True
-        mask = _materialize_mask(mask, q, k)
+        mask = materialize_mask(mask, q, k)
         qc, kc, vc = (t.detach().cpu() for t in (q, k, v))
         mc = mask.detach().cpu() if isinstance(mask, torch.Tensor) else mask
         if gqa:
-            kc, vc = _repeat_kv(qc, kc, vc)
+            kc, vc = repeat_kv(qc, kc, vc)
         Lq, Lk = qc.shape[-2], kc.shape[-2]
         causal = bool(is_causal)
         lp_mask = mc
         need_tril = causal and (Lq != Lk or mc is not None)
         tril = torch.ones(Lq, Lk, dtype=torch.bool).tril() if need_tril else None
         if causal and Lq != Lk:  # torch's is_causal is top-left aligned: fold it into the mask
-            lp_mask = _combine(mc, tril)
+            lp_mask = combine(mc, tril)
             causal = False
         t0 = time.perf_counter()
-        with _one_blas_thread():
+        with one_blas_thread():  # beside torch's threads, always (problem.one_blas_thread)
             out, st = attention(qc, kc, vc, self.scheme, scale=scale, causal=causal,
                                 attn_mask=lp_mask, return_stats=True, **self.options)
         seconds = time.perf_counter() - t0
-        empty = _empty_rows(mc, tril)
+        empty = empty_rows(lp_mask, tuple(out.shape[:-2]), Lq, Lk, causal)
         n_empty = 0
         if empty is not None:
             empty = torch.broadcast_to(empty, out.shape[:-1])
@@ -711,8 +433,8 @@ class Emulation:
             ref = func(qc.float(), kc.float(), vc.float(),
                        attn_mask=mc.float() if float_mask else mc, dropout_p=0.0,
                        is_causal=bool(is_causal), scale=scale)
-            signal, noise = _powers(out, ref, empty)
-            sq = _sqnr(signal, noise)
+            signal, noise = powers(out, ref, empty)
+            sq = sqnr_db(signal, noise)
         rec = CallRecord(len(self.stats.calls), self._module_name(), tuple(q.shape),
                          tuple(k.shape), tuple(v.shape), str(q.dtype), bool(is_causal),
                          mask is not None, bool(gqa), seconds, sq, n_empty, st)
@@ -722,122 +444,12 @@ class Emulation:
         return out
 
 
-_BLAS = []  # [threadpoolctl controller or None], created on first use
-
-
-def _one_blas_thread():
-    """A context limiting NumPy's BLAS to one thread (a no-op without threadpoolctl).
-
-    The integer schemes multiply small matrices with ``np.matmul``.  OpenBLAS worker threads
-    busy-wait for a while after each call, and on a machine with few cores they then compete
-    with torch's OpenMP threads for the same cores: measured on 2 cores, MiniLM at 256 tokens
-    under ``intattention`` ran 6 to 12x slower than float32 with NumPy's default 2 BLAS threads
-    and about 2x with one.  The integer products are exact either way; the float64 score
-    products of the float baselines (``quant_only``, ``index_softmax_only``) could in principle
-    differ in the last float64 bit with BLAS blocking, far below the float32 rounding after.
-    """
-    if not _BLAS:
-        try:
-            from threadpoolctl import ThreadpoolController
-
-            _BLAS.append(ThreadpoolController())
-        except ImportError:  # pragma: no cover - threadpoolctl is a dependency of the extra
-            _BLAS.append(None)
-    ctl = _BLAS[0]
-    if ctl is None:  # pragma: no cover
-        from contextlib import nullcontext
-
-        return nullcontext()
-    return ctl.limit(limits=1, user_api="blas")
-
-
 def _no_grad_check(tensors, what: str) -> None:
     import torch
 
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
         raise RuntimeError(f"lowprec.emulate: {what} require grad; emulation is forward only: "
                            "run the model under torch.no_grad() or torch.inference_mode()")
-
-
-def _bind_sdpa(args, kwargs):
-    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
-             "enable_gqa")
-    defaults = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None,
-                "enable_gqa": False}
-    if len(args) > len(names):
-        raise TypeError("scaled_dot_product_attention: too many positional arguments")
-    vals = dict(zip(names, args, strict=False))
-    for k, val in kwargs.items():
-        if k not in names:
-            raise TypeError(f"scaled_dot_product_attention got an unexpected keyword {k!r}")
-        if k in vals:
-            raise TypeError(f"scaled_dot_product_attention got multiple values for {k!r}")
-        vals[k] = val
-    for k in names[:3]:
-        if k not in vals:
-            raise TypeError(f"scaled_dot_product_attention missing argument {k!r}")
-    return tuple(vals.get(n, defaults.get(n)) for n in names)
-
-
-def _materialize_mask(mask, q, k):
-    try:
-        from torch.nn.attention.bias import CausalBias
-    except ImportError:  # pragma: no cover - old torch
-        return mask
-    if isinstance(mask, CausalBias):
-        return mask._materialize(device=q.device)
-    return mask
-
-
-def _repeat_kv(q, k, v):
-    hq, hk = q.shape[-3] if q.dim() >= 3 else 1, k.shape[-3] if k.dim() >= 3 else 1
-    if q.dim() < 3 or k.dim() < 3 or v.dim() < 3:
-        raise ValueError("enable_gqa=True needs (..., heads, L, d) inputs")
-    if v.shape[-3] != hk or hq % hk:
-        raise ValueError(f"enable_gqa=True: query heads {hq} must be a multiple of key/value "
-                         f"heads {hk} (= {v.shape[-3]})")
-    if hq != hk:
-        r = hq // hk
-        k = k.repeat_interleave(r, dim=-3)
-        v = v.repeat_interleave(r, dim=-3)
-    return k, v
-
-
-def _combine(mask, tril):
-    """Mask ``mask`` (None, bool or additive) restricted further to ``tril`` (bool)."""
-    if mask is None:
-        return tril
-    if mask.dtype == tril.dtype:
-        return mask & tril
-    return mask.masked_fill(~tril, float("-inf"))
-
-
-def _empty_rows(mask, tril):
-    """Boolean ``(..., Lq)``: query rows that see no key (None when there is no mask)."""
-    import torch
-
-    if mask is None:
-        if tril is None or tril.shape[-1] > 0:
-            return None  # top-left causal alone leaves key 0 visible to every row
-        vis = tril
-    elif mask.dtype == torch.bool:
-        vis = mask if tril is None else mask & tril
-    else:
-        vis = ~torch.isneginf(mask)
-        if tril is not None:
-            vis = vis & tril
-    return ~vis.any(-1)
-
-
-def _powers(out, ref, empty) -> tuple[float, float]:
-    """``sum(ref**2)`` and ``sum((out - ref)**2)`` in float64 over rows that see a key."""
-    o = out.detach().double()
-    r = ref.double()
-    if empty is not None:
-        drop = empty[..., None]
-        o = o.masked_fill(drop, 0)
-        r = r.masked_fill(drop, 0)
-    return float((r * r).sum()), float(((o - r) ** 2).sum())
 
 
 _MODE_CLS = None

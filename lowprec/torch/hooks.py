@@ -66,11 +66,6 @@ class QuantStats(Stats):
 
     _derived = ("act_saturation", "act_underflow_rate", "w_saturation", "w_underflow_rate")
 
-    def merge(self, other: QuantStats) -> QuantStats:
-        return QuantStats(*(getattr(self, n) + getattr(other, n) for n in (
-            "act_calls", "act_elements", "act_saturated", "act_underflow", "w_quantizations",
-            "w_elements", "w_saturated", "w_underflow")))
-
     @property
     def act_saturation(self) -> float:
         """Fraction of input elements with ``|x| > max`` of the format."""

@@ -1,0 +1,100 @@
+"""Scalar float helpers shared by the kernels: float16/bfloat16 rounding on the bits, the float32
+``exp2`` and one-rounding float32 arithmetic (inside Numba code only).
+
+Every helper is exact to the bit and documented with the rounding it performs; the kernels of
+several schemes call them, so they live here and not in one scheme's module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..formats._bits import (
+    BF16_DROP,
+    BF16_KEEP,
+    F16_DROP,
+    F16_KEEP,
+    F16_MAX,
+    F16_MIN_NORMAL,
+    F32_ABS,
+    F32_EXP,
+    F32_SIGN,
+    f32_as_u32,
+    u32_as_f32,
+)
+from ..formats._jit import jit
+
+_F16_HALF_ULP = (1 << (F16_DROP - 1)) - 1  # 0xFFF: half a float16 step, minus one (ties even)
+_BF16_HALF_ULP = (1 << (BF16_DROP - 1)) - 1  # 0x7FFF
+
+
+@jit(inline="always")
+def round_f16(x):
+    """float32 -> nearest float16 (ties to even) -> float32, Inf/NaN kept."""
+    u = f32_as_u32(x)
+    a = np.uint32(u & np.uint32(F32_ABS))
+    if a >= np.uint32(F32_EXP):
+        return x
+    if a < np.uint32(F16_MIN_NORMAL):  # below 2**-14: fixed spacing 2**-24 (add-and-subtract)
+        half = np.float32(0.5)
+        r = np.float32(np.float32(abs(x) + half) - half)
+        return -r if x < 0 else r
+    lsb = np.uint32((a >> np.uint32(F16_DROP)) & np.uint32(1))
+    r = np.uint32(np.uint32(a + np.uint32(_F16_HALF_ULP) + lsb) & np.uint32(F16_KEEP))
+    if r > np.uint32(F16_MAX):  # above 65504
+        r = np.uint32(F32_EXP)
+    return u32_as_f32(np.uint32(r | np.uint32(u & np.uint32(F32_SIGN))))
+
+
+@jit(inline="always")
+def round_bf16(x):
+    """float32 -> nearest bfloat16 (ties to even) -> float32, NaN kept."""
+    u = f32_as_u32(x)
+    if np.uint32(u & np.uint32(F32_ABS)) > np.uint32(F32_EXP):
+        return x
+    lsb = np.uint32((u >> np.uint32(BF16_DROP)) & np.uint32(1))
+    return u32_as_f32(np.uint32(np.uint32(u + np.uint32(_BF16_HALF_ULP) + lsb)
+                                & np.uint32(BF16_KEEP)))
+
+
+@jit(inline="always")
+def exp2_f32(x):
+    """``float32(exp2(float64(x)))``: the correctly rounded float32 ``2**x`` (for float32 x)."""
+    return np.float32(np.exp2(np.float64(x)))
+
+
+# one correctly rounded float32 operation each: computed in float64 and rounded once (exact for
+# +, -, *, / of float32 operands since 53 >= 2 * 24 + 2)
+
+
+@jit(inline="always")
+def add32(a, b):
+    """``fl32(a + b)``."""
+    return np.float32(np.float64(a) + np.float64(b))
+
+
+@jit(inline="always")
+def sub32(a, b):
+    """``fl32(a - b)``."""
+    return np.float32(np.float64(a) - np.float64(b))
+
+
+@jit(inline="always")
+def mul32(a, b):
+    """``fl32(a * b)``."""
+    return np.float32(np.float64(a) * np.float64(b))
+
+
+@jit(inline="always")
+def div32(a, b):
+    """``fl32(a / b)``."""
+    return np.float32(np.float64(a) / np.float64(b))
+
+
+@jit(inline="always")
+def floor32(a):
+    """``floor(a)`` as float32 (exact)."""
+    return np.float32(np.floor(np.float64(a)))
+
+
+__all__ = ["round_f16", "round_bf16", "exp2_f32", "add32", "sub32", "mul32", "div32", "floor32"]

@@ -1,0 +1,281 @@
+"""EXAQ: clipped low-bit quantisation of the exponent input before softmax (specs/attention.md
+section 3, the IntAttention paper's EXAQ baseline; seed ``exaq`` section 2.3, Table 1).
+
+Per call: the scores ``x = fp32(s - rowmax)`` of every visible key are max-centred, their
+population standard deviation ``sigma`` (float64 sums, in row-major order) gives the clipping
+value ``C = a sigma + b`` (:func:`exaq_clip`, ``(a, b)`` per bit width from EXAQ Table 1), and
+``x`` is clipped to ``[lo, 0]`` (``lo = max(C, min x)``) and quantised to ``2**bits`` levels
+``lo + q delta`` with ``delta = -lo / (2**bits - 1)`` and ``q = RNE((x - lo) / delta)``
+(float64); the softmax of the levels is computed in float64 and rounded to float32.
+
+* softmax surrogate ``exaq`` (:func:`exaq_softmax`): ``sigma`` over the whole input;
+* attention scheme ``exaq``: float32 scores ``fp32(fp32(fp64(q . k) * scale) + mask)``
+  (:mod:`._scores`), ``sigma`` over every visible score of the call (first pass; the scores are
+  kept), the quantised softmax (second pass), ``O = P v`` in float64.  Statistics: the
+  IntAttention family's :class:`~lowprec.stats.IntAttentionStats` (``rows``, ``empty_rows``,
+  ``logits`` and ``exaq_clip = [sigma, C, lo]`` per call), as the paper compares them.
+
+Choices: the authors calibrate ``C`` over 25 calls and then freeze the mean; each call here is
+one "instantaneous" calibration.  A ``C`` that is not finite or not negative becomes ``-1e-6``
+(the authors' safeguard).  Masked keys give 0; a row without a visible key gives NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+from ..formats._jit import for_size, jit
+from ..stats import IntAttentionStats
+from . import Scheme, register
+from ._check import check_int
+from ._scores import (
+    ALL_VISIBLE,
+    float64_operands,
+    float_rows_output,
+    float_scores,
+    nan_rows,
+    row_max,
+)
+from .problem import Problem, each_chunk, softmax_rows
+
+#: EXAQ's clipping rule ``C = a * sigma + b`` per bit width (attention.md 3, EXAQ Table 1).
+EXAQ_AB = {2: (-1.66, -1.85), 3: (-1.75, -2.06), 4: (-1.83, -2.27)}
+EXAQ_BITS_DEFAULT = 3
+EXAQ_C_FALLBACK = -1e-6  # used when C is not finite or not negative (authors' safeguard)
+
+
+def _check_exaq_bits(bits) -> int:
+    return check_int(bits, "exaq bits", min(EXAQ_AB), max(EXAQ_AB), what="one of 2, 3, 4")
+
+
+# --------------------------------------------------------------------------------------------
+# kernels
+
+
+@jit(parallel=True)
+def _row_maxes(x, lim, vis, has_vis, m):
+    """``m[r]`` = :func:`_row_max` of every row (in parallel)."""
+    N, L = x.shape
+    for r in prange(N):
+        m[r] = row_max(x, r, min(lim[r], L - 1), vis, has_vis)
+
+
+@jit
+def _exaq_accumulate(x, m, lim, vis, has_vis, acc):
+    """The sums of :func:`_exaq_moments`, in one sequential pass (their order is part of the
+    result)."""
+    N, L = x.shape
+    n, s1, s2, mn = acc[0], acc[1], acc[2], acc[3]  # in registers: same sums, same order
+    for r in range(N):
+        mr = m[r]
+        if mr == -np.inf or mr != mr or mr == np.inf:
+            continue
+        for j in range(min(lim[r], L - 1) + 1):
+            if has_vis and not vis[r, j]:
+                continue
+            v = x[r, j]
+            if v == -np.inf or v != v:
+                continue
+            xc = np.float64(np.float32(np.float64(v) - np.float64(mr)))
+            n += 1.0
+            s1 += xc
+            s2 += xc * xc
+            if xc < mn:
+                mn = xc
+    acc[0], acc[1], acc[2], acc[3] = n, s1, s2, mn
+    return acc
+
+
+def _exaq_moments(x, lim, vis, has_vis, acc):
+    """Accumulate count, sum, sum of squares and min of the max-centred visible finite scores
+    (float32 ``x - rowmax``) into ``acc`` (4,) float64: row maxima in parallel, the sums in
+    row-major order."""
+    m = np.empty(x.shape[0], dtype=np.float64)
+    for_size(_row_maxes, x.size)(x, lim, vis, has_vis, m)
+    return _exaq_accumulate(x, m, lim, vis, has_vis, acc)
+
+
+@jit(parallel=True)
+def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
+    """EXAQ softmax of float32 scores ``x`` (N, L): max-centred scores clipped to ``[lo, 0]``,
+    quantised to ``nlev`` levels ``lo + q delta`` (``q = RNE((x - lo) / delta)``), float64
+    softmax rounded to float32; masked keys give 0, rows without a visible key NaN.  Rows run
+    in parallel; with quantisation the exponential of each level is computed once per row (the
+    same float64 values, summed in key order)."""
+    N, L = x.shape
+    quant = delta > 0.0 and np.isfinite(delta)
+    nl = int(nlev)
+    for r in prange(N):
+        xq = np.empty(L, np.float64)
+        lev = np.empty(L, np.int64)  # level of each key (-1 masked, -2 NaN, -3 unquantised)
+        ev = np.empty(nl, np.float64)
+        top = min(lim[r], L - 1)
+        m = row_max(x, r, top, vis, has_vis)
+        if m == -np.inf or m != m or m == np.inf:
+            for j in range(L):
+                out[r, j] = np.nan
+            continue
+        mq = -np.inf
+        for j in range(L):
+            if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
+                lev[j] = -1
+                continue
+            xc = np.float64(np.float32(np.float64(x[r, j]) - np.float64(m)))
+            if xc != xc:
+                lev[j] = -2
+                xq[j] = np.nan
+                continue
+            xv = min(max(xc, lo), 0.0)
+            lev[j] = -3
+            if quant:
+                q = np.rint((xv - lo) / delta)
+                q = min(max(q, 0.0), nlev - 1.0)
+                lev[j] = np.int64(q)
+                xv = lo + q * delta
+            xq[j] = xv
+            if xv > mq:
+                mq = xv
+        if quant:
+            for u in range(nl):
+                ev[u] = np.exp((lo + np.float64(u) * delta) - mq)
+        z = 0.0
+        for j in range(L):
+            u = lev[j]
+            if u >= 0:
+                xq[j] = ev[u]  # xq now holds the exponentials
+            elif u != -1:
+                xq[j] = np.exp(xq[j] - mq)
+            if u != -1:
+                z += xq[j]
+        for j in range(L):
+            out[r, j] = 0.0 if lev[j] == -1 else np.float32(xq[j] / z)
+
+
+# --------------------------------------------------------------------------------------------
+# public softmax
+
+
+def exaq_clip(sigma: float, bits: int = EXAQ_BITS_DEFAULT) -> float:
+    """EXAQ's clipping value ``C = a * sigma + b`` (attention.md 3; EXAQ Table 1), with
+    ``(a, b)`` = (-1.66, -1.85), (-1.75, -2.06), (-1.83, -2.27) for 2, 3, 4 bits; a ``C`` that
+    is not finite or not negative is replaced by ``-1e-6`` (the authors' safeguard).
+
+    Example:
+        >>> round(exaq_clip(1.0, 3), 2)
+        -3.81
+    """
+    a, b = EXAQ_AB[_check_exaq_bits(bits)]
+    cval = a * float(sigma) + b
+    if not math.isfinite(cval) or cval >= 0.0:
+        cval = EXAQ_C_FALLBACK
+    return cval
+
+
+def _exaq_params(acc: np.ndarray, bits: int) -> tuple[float, float, float, float]:
+    """(sigma, C, lo, delta) from the accumulated moments."""
+    n, s1, s2, mn = acc
+    if n == 0:
+        return float("nan"), EXAQ_C_FALLBACK, EXAQ_C_FALLBACK, float("nan")
+    mean = s1 / n
+    sigma = math.sqrt(max(s2 / n - mean * mean, 0.0))
+    cval = exaq_clip(sigma, bits)
+    lo = max(cval, float(mn))
+    delta = (0.0 - lo) / float((1 << bits) - 1)
+    return sigma, cval, lo, delta
+
+
+def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
+    """EXAQ softmax (the ``exaq`` softmax surrogate): clipped ``bits``-bit quantisation of the
+    max-centred scores before a float softmax (attention.md 3; seed section 2.3).
+
+    ``x = fp32(s - rowmax)``; ``sigma`` = population std of every visible finite ``x`` of the
+    whole input (one value per call, as the authors' code; float64 sums); ``C = exaq_clip(sigma,
+    bits)``; ``lo = max(C, min x)``; ``delta = -lo / (2**bits - 1)``; ``x' = lo + delta *
+    clamp(RNE((clamp(x, lo, 0) - lo) / delta), 0, 2**bits - 1)`` (float64); ``softmax(x')``
+    computed in float64 and rounded to float32.  The authors calibrate ``C`` over 25 calls and
+    then freeze the mean; this function is one call of it (the "instantaneous" ``C``).
+
+    Args:
+        scores: float array or CPU tensor (float32/float16/bfloat16; float64 is rounded to
+            float32).
+        axis: the softmax axis.
+        bits: 2, 3 or 4.
+
+    Returns:
+        float32 probabilities, same shape and kind; ``-inf`` entries give 0; rows with no finite
+        entry, or with NaN or ``+inf``, give NaN.
+
+    Example:
+        >>> exaq_softmax(np.array([0.0, -1.0, -2.0, -30.0], np.float32), bits=2)
+        array([3.3333334e-01, 3.3333334e-01, 3.3333334e-01, 4.4887313e-11], dtype=float32)
+    """
+    b = _check_exaq_bits(bits)
+    rows, restore = softmax_rows(scores, axis)
+    lim = np.full(rows.shape[0], rows.shape[1] - 1, dtype=np.int64)
+    dummy = np.ones((1, 1), np.bool_)
+    acc = _exaq_moments(rows, lim, dummy, False, np.array([0.0, 0.0, 0.0, np.inf]))
+    _, _, lo, delta = _exaq_params(acc, b)
+    out = np.empty(rows.shape, dtype=np.float32)
+    for_size(_exaq_rows, rows.size)(rows, lim, dummy, False, lo, delta, float(1 << b), out)
+    return restore(out)
+
+
+# --------------------------------------------------------------------------------------------
+# the attention scheme
+
+
+def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
+    """Scheme ``exaq``: float32 scores as ``index_softmax_only``, ``sigma`` over every visible
+    score of the call (first pass, the scores kept), :func:`exaq_softmax`'s quantisation
+    (second pass)."""
+    b = _check_exaq_bits(bits)
+    B, Lq, Lk = prob.B, prob.Lq, prob.Lk
+    acc = np.array([0.0, 0.0, 0.0, np.inf])
+    q64, k64t, v64 = float64_operands(prob)
+    scores = {}
+
+    def moments(g0, g1, r0, r1, rm):  # pass 1: sigma and min over the whole call
+        lim, vis, add = rm
+        sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
+        _exaq_moments(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, acc)
+        scores[g0, r0] = sc
+        return 0.0
+
+    each_chunk(prob, moments)
+    sigma, cval, lo, delta = _exaq_params(acc, b)
+    empty_rows = 0
+
+    def quantise(g0, g1, r0, r1, rm):  # pass 2: quantise and normalise
+        nonlocal empty_rows
+        lim, vis, add = rm
+        sc = scores.pop((g0, r0))
+        P = np.empty(sc.shape, dtype=np.float64)
+        for_size(_exaq_rows, sc.size)(sc, lim, ALL_VISIBLE if vis is None else vis,
+                                      vis is not None, lo, delta, float(1 << b), P)
+        empty_rows += nan_rows(P)
+        return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
+
+    out = each_chunk(prob, quantise)
+    st = None
+    if return_stats:
+        st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows,
+                               logits=int(acc[0]), exaq_clip=[[sigma, cval, lo]])
+    return out, st
+
+
+def _softmax_exaq(scores, axis, **opts):
+    return exaq_softmax(scores, axis, **opts)
+
+
+register(Scheme(
+    "exaq",
+    "EXAQ: 2/3/4-bit clipped quantisation of the max-centred scores (C = a sigma + b)",
+    _exaq, options=("bits",), stats=IntAttentionStats, order=75,
+))
+register(Scheme("exaq", "EXAQ clipped low-bit exponent quantisation softmax (bits 2/3/4)",
+                _softmax_exaq, options=("bits",), kind="softmax"))
+
+__all__ = ["exaq_softmax", "exaq_clip", "EXAQ_AB", "EXAQ_BITS_DEFAULT"]

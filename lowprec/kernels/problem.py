@@ -1,0 +1,466 @@
+"""The attention problem: input conventions, masks and visibility shared by every scheme
+(specs/attention.md section 0).
+
+The public entry point :func:`lowprec.attention` turns user inputs into a :class:`Problem`:
+float32 (or float64 for ``reference``) C-contiguous arrays ``q (B, Lq, d)``, ``k (B, Lk, d)``,
+``v (B, Lk, dv)`` with every leading (batch, head) dim flattened into ``B``, the scale, the causal
+flag and the mask as an additive float32 array shared between batch entries.  Scheme kernels
+take a Problem and return ``(out (B, Lq, dv) float32, stats or None)``.
+
+Masking rules (the same for every scheme):
+
+* ``causal=True``: key ``j`` is visible from query ``i`` iff ``j <= i + (Lk - Lq)`` (aligned at
+  the end, as specs/attention.md 0 asks: torch's ``causal_lower_right`` bias; torch 2.13's
+  ``is_causal=True`` is top-left aligned, which ``lp.emulate`` converts to a mask when
+  ``Lq != Lk``); for ``Lq > Lk`` the first ``Lq - Lk`` rows see no key.
+* ``attn_mask`` boolean: True = take part (torch convention); additive float: added to the scaled
+  scores ``q k^T * scale`` (natural-log units), ``-inf`` = masked.  It broadcasts against
+  ``(..., Lq, Lk)``.  NaN and ``+inf`` in an additive mask raise ``ValueError``.
+* A query row with no visible key gives NaN in every scheme (documented; softmax of nothing):
+  :func:`lowprec.attention` computes those rows once (:meth:`Problem.no_key_rows`) and writes NaN
+  there after the scheme ran.
+
+Visibility vocabulary (one for every scheme): ``lim[r]``, the last key a row may see
+(:meth:`Problem.row_limits`; causal), ``vis``, a boolean ``(rows, Lk)`` array of the keys an
+additive mask leaves visible (None when it hides none), and ``add``, the finite additive values
+(None when all zero); :meth:`Problem.rows` gives the three for a chunk of heads and query rows
+(:func:`row_chunks`), so no scheme materialises an ``L x L`` plane per head.  Masks given in
+another form (an int32 bias, a per-call boolean or float mask of a core) share their planes
+between batch entries through :func:`mask_planes`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from ..formats._arrays import BF16, is_torch, to_numpy
+from ._check import check_bool, check_int, check_real
+
+_IN_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.float64))
+_IN_ALLOWED = "float32, float16, bfloat16 (float64 is accepted and rounded to float32 by every " \
+    "scheme except 'reference')"
+LOG2E = 1.4426950408889634  # log2(e)
+
+
+@dataclass
+class Problem:
+    """A normalized attention call (see the module docstring).
+
+    Attributes:
+        q, k, v: ``(B, Lq, d)``, ``(B, Lk, d)``, ``(B, Lk, dv)`` C-contiguous; float32 unless
+            the scheme asked for float64 and the input was float64.
+        scale: the softmax scale (float).
+        causal: bottom-right aligned causal mask.
+        mask: None or float32 ``(M, Lq, Lk)`` additive mask (0, finite, or -inf).
+        mask_map: int64 ``(B,)``: batch entry ``b`` uses ``mask[mask_map[b]]`` (all zeros when
+            there is no mask).
+        lead: the leading (batch, head) shape ``B`` was flattened from.
+        in_dtype: numpy dtype of ``q`` as given (the output is returned in it).
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    scale: float
+    causal: bool
+    mask: np.ndarray | None
+    mask_map: np.ndarray
+    lead: tuple
+    in_dtype: np.dtype
+
+    @property
+    def B(self) -> int:
+        """Batch entries (every leading dim flattened)."""
+        return self.q.shape[0]
+
+    @property
+    def Lq(self) -> int:
+        """Query length."""
+        return self.q.shape[1]
+
+    @property
+    def Lk(self) -> int:
+        """Key length."""
+        return self.k.shape[1]
+
+    @property
+    def d(self) -> int:
+        """Head dim of q and k."""
+        return self.q.shape[2]
+
+    @property
+    def dv(self) -> int:
+        """Head dim of v (and of the output)."""
+        return self.v.shape[2]
+
+    def row_limits(self, r0: int = 0, r1: int | None = None) -> np.ndarray:
+        """int64 ``(r1 - r0,)``: the last key index each query row ``r0 .. r1 - 1`` may see
+        (``i + Lk - Lq`` under the causal rule, may be < 0; ``Lk - 1`` otherwise)."""
+        r1 = self.Lq if r1 is None else r1
+        if self.causal:
+            return np.arange(r0, r1, dtype=np.int64) + (self.Lk - self.Lq)
+        return np.full(r1 - r0, self.Lk - 1, dtype=np.int64)
+
+    def rows(self, g0: int, g1: int, r0: int, r1: int) -> RowMask:
+        """The :class:`RowMask` of entries ``g0 .. g1 - 1`` and query rows ``r0 .. r1 - 1``
+        (``n = (g1 - g0) * (r1 - r0)`` rows, entry-major)."""
+        lim = np.tile(self.row_limits(r0, r1), g1 - g0)
+        if self.mask is None:
+            return RowMask(lim, None, None)
+        planes = self.mask[self.mask_map[g0:g1][:, None], np.arange(r0, r1)[None, :]]
+        vis = planes != -np.inf
+        add = np.where(vis, planes, np.float32(0.0))
+        vis2 = None if vis.all() else np.ascontiguousarray(vis.reshape((-1, self.Lk)))
+        return RowMask(lim, vis2, add if np.any(add) else None)
+
+    def no_key_rows(self) -> np.ndarray | None:
+        """Boolean ``(B, Lq)``: query rows that see no key (causal and mask combined), or None
+        when every row sees one (computed once per call by :func:`lowprec.attention`)."""
+        return _no_key_rows(self.mask, self.mask_map, self.B, self.Lq, self.Lk, self.causal)
+
+
+def _no_key_rows(mask, mask_map, B: int, Lq: int, Lk: int, causal: bool):
+    if mask is None:
+        if Lk == 0:
+            return np.ones((B, Lq), dtype=bool)
+        if not causal or Lq <= Lk:
+            return None
+        return np.broadcast_to(np.arange(Lq) + (Lk - Lq) < 0, (B, Lq))
+    vis = mask != -np.inf
+    if causal:
+        vis = vis & causal_visible(Lq, Lk)[None]
+    none = ~vis.any(axis=2)
+    return none[mask_map] if none.any() else None
+
+
+def no_key_rows(attn_mask, lead: tuple, Lq: int, Lk: int, causal: bool = False):
+    """Boolean ``lead + (Lq,)``: query rows that see no key under ``attn_mask`` (boolean or
+    additive, as :func:`lowprec.attention` takes it) and the bottom-right causal rule, or None
+    when every row sees one (the rule of :meth:`Problem.no_key_rows`, for callers that hold a
+    mask but no Problem, e.g. ``lp.emulate``)."""
+    mask, mask_map = _prepare_mask(attn_mask, tuple(lead), Lq, Lk)
+    B = int(np.prod(lead, dtype=np.int64))
+    none = _no_key_rows(mask, mask_map, B, Lq, Lk, causal)
+    return None if none is None else np.asarray(none).reshape(tuple(lead) + (Lq,))
+
+
+class RowMask(NamedTuple):
+    """Visibility of a chunk of rows (:meth:`Problem.rows`).
+
+    Attributes:
+        lim: int64 ``(n,)``: the last key each row may see (causal; may be < 0).
+        vis: None, or boolean ``(n, Lk)``: keys the additive mask leaves visible.
+        add: None, or float32 ``(entries, rows, Lk)``: the finite additive mask values (0 where
+            masked).
+    """
+
+    lim: np.ndarray
+    vis: np.ndarray | None
+    add: np.ndarray | None
+
+    def visible(self, Lk: int) -> np.ndarray | None:
+        """Boolean ``(n, Lk)``: keys each row sees (causal limit and mask combined), or None
+        when every row sees every key."""
+        if self.vis is None and not (self.lim < Lk - 1).any():
+            return None
+        cols = np.arange(Lk)[None, :] <= self.lim[:, None]
+        return cols if self.vis is None else cols & self.vis
+
+    def none_visible(self, Lk: int) -> np.ndarray:
+        """Boolean ``(n,)``: rows of the chunk that see no key."""
+        if Lk == 0:
+            return np.ones(self.lim.shape, dtype=bool)
+        if self.vis is None:
+            return self.lim < 0
+        cols = np.arange(Lk)[None, :]
+        return ~np.any(self.vis & (cols <= self.lim[:, None]), axis=1)
+
+
+CHUNK_ELEMS = 1 << 22  # logits per chunk of the row-wise schemes (bounds their memory)
+
+
+def row_chunks(B: int, Lq: int, Lk: int, elems: int = CHUNK_ELEMS, align: int = 1):
+    """``(g0, g1, r0, r1)`` steps over (entries, query rows) with about ``elems`` logits each:
+    whole entries while they fit, else row ranges of one entry starting at multiples of
+    ``align`` (a query tile size, so that chunks hold whole tiles)."""
+    per = max(1, elems // max(Lk, 1))
+    per = max(align, per // align * align)
+    if per >= Lq:
+        gh = max(1, per // max(Lq, 1))
+        for g0 in range(0, B, gh):
+            yield g0, min(B, g0 + gh), 0, Lq
+    else:
+        for g in range(B):
+            for r0 in range(0, Lq, per):
+                yield g, g + 1, r0, min(Lq, r0 + per)
+
+
+def each_chunk(prob: Problem, step) -> np.ndarray:
+    """The one chunk loop of the row-wise schemes: ``step(g0, g1, r0, r1, rowmask)`` returns
+    the float output rows ``(g1 - g0, r1 - r0, dv)`` of each chunk (:func:`row_chunks`)."""
+    out = np.empty((prob.B, prob.Lq, prob.dv), dtype=np.float32)
+    for g0, g1, r0, r1 in row_chunks(prob.B, prob.Lq, prob.Lk):
+        out[g0:g1, r0:r1] = step(g0, g1, r0, r1, prob.rows(g0, g1, r0, r1))
+    return out
+
+
+def mask_planes(arr: np.ndarray, lead: tuple, Lq: int, Lk: int, what: str, dtype):
+    """``(planes (M, Lq, Lk) of dtype (None: arr's), map (B,) int64)`` of a mask array
+    broadcastable to ``lead + (Lq, Lk)``: the mask's own leading dims broadcast against
+    ``lead`` and its ``(Lq, Lk)`` planes are shared between batch entries (never copied per
+    head).  ValueError when it does not broadcast."""
+    full = tuple(lead) + (Lq, Lk)
+    try:
+        ok = np.broadcast_shapes(arr.shape, full) == full
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{what} of shape {arr.shape} does not broadcast to {full} (leading dims, Lq, Lk)"
+        )
+    arr = arr.reshape((1,) * (len(full) - arr.ndim) + arr.shape)
+    mlead = arr.shape[:-2]
+    idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
+    mmap = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
+    planes = np.broadcast_to(arr, mlead + (Lq, Lk)).reshape((-1, Lq, Lk))
+    return np.ascontiguousarray(planes, dtype=dtype), mmap
+
+
+def causal_visible(Lq: int, Lk: int) -> np.ndarray:
+    """Boolean ``(Lq, Lk)``: key j visible from query i under the bottom-right causal rule."""
+    i = np.arange(Lq)[:, None]
+    j = np.arange(Lk)[None, :]
+    return j <= i + (Lk - Lq)
+
+
+def _as_float(x, what: str, min_ndim: int = 2, shape_hint: str = "(..., L, d)"):
+    """A float input (numpy or CPU torch) in native byte order, with at least ``min_ndim`` dims."""
+    arr, was_torch = to_numpy(x, what)
+    if arr.dtype.kind == "f" and not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if arr.dtype not in _IN_DTYPES:
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: {_IN_ALLOWED}")
+    if arr.ndim < min_ndim:
+        raise ValueError(f"{what} must have shape {shape_hint}, got {arr.shape}")
+    return arr, was_torch
+
+
+def _check_scale(scale, d: int) -> float:
+    if scale is None:
+        if d == 0:
+            raise ValueError("head dimension d is 0: give an explicit scale")
+        return 1.0 / math.sqrt(d)
+    return check_real(scale, "scale")
+
+
+def _prepare_mask(attn_mask, lead: tuple, Lq: int, Lk: int):
+    """Additive float32 mask ``(M, Lq, Lk)`` and the per-batch-entry map, from a boolean or
+    additive mask broadcastable to ``lead + (Lq, Lk)``."""
+    B = int(np.prod(lead, dtype=np.int64))
+    if attn_mask is None:
+        return None, np.zeros(B, dtype=np.int64)
+    if is_torch(attn_mask) and str(attn_mask.dtype) == "torch.bool":
+        if attn_mask.device.type != "cpu":
+            raise ValueError(f"attn_mask is a torch tensor on {attn_mask.device}; pass .cpu()")
+        m = attn_mask.detach().contiguous().numpy()
+    else:
+        m, _ = to_numpy(attn_mask, "attn_mask")
+    planes, mask_map = mask_planes(m, lead, Lq, Lk, "attn_mask", None)
+    if planes.dtype == np.bool_:
+        add = np.where(planes, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
+    elif planes.dtype.kind == "f" or planes.dtype == BF16:
+        add = np.asarray(planes, dtype=np.float32)
+        if np.isnan(add).any():
+            raise ValueError("attn_mask contains NaN; use -inf (or False) to mask a key")
+        if (add == np.inf).any():
+            raise ValueError("attn_mask contains +inf; use -inf (or False) to mask a key")
+    else:
+        raise TypeError(
+            f"attn_mask has dtype {m.dtype}; allowed: bool (True = attend) or a float dtype "
+            "(added to the scaled scores)"
+        )
+    return np.ascontiguousarray(add), mask_map
+
+
+def prepare(q, k, v, *, scale=None, causal=False, attn_mask=None, keep_float64=False):
+    """Validate and normalize an attention call; returns ``(Problem, was_torch)``.
+
+    Raises TypeError for non-float inputs, ValueError for shape mismatches, bad scales and
+    bad masks, each naming what is allowed.
+    """
+    qa, q_torch = _as_float(q, "q")
+    ka, _ = _as_float(k, "k")
+    va, _ = _as_float(v, "v")
+    if qa.shape[-1] != ka.shape[-1]:
+        raise ValueError(f"q and k must have the same last dim d, got {qa.shape} and {ka.shape}")
+    if ka.shape[-2] != va.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same sequence length Lk, got {ka.shape} and {va.shape}"
+        )
+    try:
+        lead = tuple(np.broadcast_shapes(qa.shape[:-2], ka.shape[:-2], va.shape[:-2]))
+    except ValueError:
+        raise ValueError(
+            f"leading (batch, head) dims of q {qa.shape}, k {ka.shape}, v {va.shape} do not "
+            "broadcast"
+        ) from None
+    check_bool(causal, "causal")
+    Lq, d = qa.shape[-2:]
+    Lk, dv = va.shape[-2:]
+    s = _check_scale(scale, d)
+    in_dtype = qa.dtype
+    want64 = keep_float64 and all(a.dtype == np.float64 for a in (qa, ka, va))
+    dt = np.float64 if want64 else np.float32
+
+    def flat(a, L, D):
+        a = np.broadcast_to(a, lead + (L, D))
+        nb = int(np.prod(lead, dtype=np.int64))
+        return np.ascontiguousarray(a, dtype=dt).reshape((nb, L, D))
+
+    mask, mask_map = _prepare_mask(attn_mask, lead, Lq, Lk)
+    prob = Problem(
+        q=flat(qa, Lq, d), k=flat(ka, Lk, d), v=flat(va, Lk, dv), scale=s, causal=bool(causal),
+        mask=mask, mask_map=mask_map, lead=lead, in_dtype=in_dtype,
+    )
+    return prob, q_torch
+
+
+def finish(out: np.ndarray, prob: Problem, as_torch: bool):
+    """Reshape a ``(B, Lq, dv)`` result to ``lead + (Lq, dv)`` in the input dtype and kind."""
+    res = out.reshape(prob.lead + (prob.Lq, prob.dv))
+    if res.dtype != prob.in_dtype:
+        res = res.astype(prob.in_dtype)
+    if not as_torch:
+        return res
+    import torch
+
+    if res.dtype == BF16:
+        return torch.from_numpy(res.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(res))
+
+
+_BLAS: list = []  # [threadpoolctl controller or None], created on first use
+
+
+def one_blas_thread():
+    """A context limiting NumPy's BLAS to one thread while a scheme runs (a no-op without
+    threadpoolctl); :func:`lowprec.attention` enters it around every scheme (and ``lp.emulate``
+    around every call, beside torch's threads).
+
+    The schemes alternate NumPy GEMMs with parallel Numba row kernels.  OpenBLAS worker threads
+    busy-wait for a while after each call and then compete with Numba's (and torch's) threads
+    for the same cores: measured on 2 cores at (1, 8, 2048, 64), ``ivit`` 12.0x -> 7.3x of torch
+    SDPA, ``qflash`` 5.8x -> 3.4x, ``intattention`` 4.4x -> 2.9x; and in ``lp.emulate``,
+    MiniLM at 256 tokens under ``intattention`` 6-12x -> about 2x of its float32 forward.  The
+    results are the same bits with one thread or several (OpenBLAS splits a GEMM by rows and
+    columns, never along the reduction).  Two BLAS threads are faster at (1, 12, 197, 64) on
+    an idle machine (the GEMMs are 15-30 % of the time), but on a busy one the GEMM followed by
+    a parallel kernel then took up to 10x longer; one thread is the robust choice.
+    """
+    if not _BLAS:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            _BLAS.append(ThreadpoolController())
+        except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+            _BLAS.append(None)
+    ctl = _BLAS[0]
+    if ctl is None:  # pragma: no cover
+        from contextlib import nullcontext
+
+        return nullcontext()
+    return ctl.limit(limits=1, user_api="blas")
+
+
+def kernel_array(a: np.ndarray, dtype) -> np.ndarray:
+    """``a`` as a writable C-contiguous array of ``dtype`` (a read-only view, e.g. from
+    ``np.broadcast_to``, would give a Numba kernel a second signature to compile)."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    return a if a.flags.writeable else a.copy()
+
+
+def check_block(value, name: str) -> int:
+    """Validate a tile size (positive int)."""
+    return check_int(value, name, 1, what="a positive int")
+
+
+def check_options(options: dict, scheme: str, allowed: tuple) -> None:
+    """Raise ValueError naming the allowed options when ``options`` has an unknown key."""
+    bad = sorted(set(options) - set(allowed))
+    if bad:
+        raise ValueError(
+            f"unknown option(s) {', '.join(bad)} for scheme {scheme!r}; allowed: "
+            f"{', '.join(sorted(allowed)) or '(none)'}"
+        )
+
+
+def softmax_rows(scores, axis: int = -1, what: str = "scores"):
+    """Validate softmax-surrogate input and return ``(rows, restore)``.
+
+    ``rows`` is a float32 C-contiguous ``(N, L)`` array with ``axis`` moved last (every other
+    dim flattened into ``N``); ``restore(res)`` turns an ``(N, L)`` result (any dtype) back into
+    the input layout and kind (numpy or torch).  float32/float16/bfloat16/float64 inputs are
+    accepted (float64 is rounded to float32); integer or complex input raises TypeError, a bad
+    axis ValueError.  NaN is left to the surrogate (each documents what it does with it).
+    """
+    arr, as_torch = _as_float(scores, what, 1, "(..., L) with at least one dim")
+    check_int(axis, "axis", -arr.ndim, arr.ndim - 1, type_error=True,
+              what=f"in range for {what} with {arr.ndim} dims ([{-arr.ndim}, {arr.ndim - 1}])")
+    moved = np.moveaxis(arr, axis, -1)
+    shape = moved.shape
+    n = int(np.prod(shape[:-1], dtype=np.int64))
+    rows = np.ascontiguousarray(moved, dtype=np.float32).reshape((n, shape[-1]))
+
+    def restore(res: np.ndarray):
+        res = np.moveaxis(np.asarray(res).reshape(shape), -1, axis)
+        if not as_torch:
+            return res
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(res))
+
+    return rows, restore
+
+
+INT8_D_MAX = (1 << 31) // (128 * 128) - 1  # largest d whose int8 dot products cannot wrap int32
+
+
+def int8_input(x, what: str) -> np.ndarray:
+    """An int8 core input (numpy or CPU torch) of shape ``(..., L, d)``; TypeError/ValueError
+    otherwise."""
+    arr, _ = to_numpy(x, what)
+    if arr.dtype != np.int8:
+        raise TypeError(f"{what} has dtype {arr.dtype}; allowed: int8")
+    if arr.ndim < 2:
+        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
+    return arr
+
+
+def core_lead(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> tuple:
+    """Check the shapes of int8 core inputs ``q8 (..., Lq, d)``, ``k8 (..., Lk, d)``,
+    ``v8 (..., Lk, dv)`` (d at most :data:`INT8_D_MAX`) and return the broadcast leading dims."""
+    if qa.shape[-1] != ka.shape[-1]:
+        raise ValueError(f"q8 and k8 must have the same last dim d, got {qa.shape} and "
+                         f"{ka.shape}")
+    if ka.shape[-2] != va.shape[-2]:
+        raise ValueError(f"k8 and v8 must have the same length Lk, got {ka.shape} and "
+                         f"{va.shape}")
+    if qa.shape[-1] > INT8_D_MAX:
+        raise ValueError(f"d = {qa.shape[-1]} > {INT8_D_MAX}: int8 dot products could wrap "
+                         "int32")
+    try:
+        return tuple(np.broadcast_shapes(qa.shape[:-2], ka.shape[:-2], va.shape[:-2]))
+    except ValueError:
+        raise ValueError(f"leading dims of q8 {qa.shape}, k8 {ka.shape}, v8 {va.shape} do not "
+                         "broadcast") from None
+
+
+__all__ = ["Problem", "RowMask", "prepare", "finish", "causal_visible", "check_block",
+           "no_key_rows", "kernel_array", "one_blas_thread",
+           "row_chunks", "each_chunk", "mask_planes",
+           "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",
+           "is_torch"]
