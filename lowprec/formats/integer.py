@@ -382,15 +382,7 @@ def _fit_shape(arr: np.ndarray, lay: _Layout, what: str) -> np.ndarray:
 
 
 def _explicit_scale(scale, lay: _Layout) -> np.ndarray:
-    s = _fit_shape(_user_array(scale, "scale"), lay, "scale").astype(np.float64)
-    if not np.all(np.isfinite(s) & (s > 0)):
-        raise ValueError("scale must be finite and > 0 everywhere (got zero, negative, NaN or Inf)")
-    with np.errstate(over="ignore", under="ignore"):
-        s32 = s.astype(np.float32)
-    if not np.all(np.isfinite(s32) & (s32 > 0)):
-        raise ValueError("scale must be a positive finite float32 (it under- or overflows "
-                         "float32)")
-    return s32
+    return check_scale_values(_fit_shape(_user_array(scale, "scale"), lay, "scale"), "scale")
 
 
 def _explicit_zero_point(zero_point, lay: _Layout, qmin: int, qmax: int) -> np.ndarray:
@@ -661,13 +653,18 @@ def check_quantized(q: QuantizedArray, f: Format, codes_shape, codes_dtype, scal
     return lay
 
 
-def check_scale_values(s: np.ndarray) -> np.ndarray:
-    """Scales of a QuantizedArray as float32, or ValueError unless all are finite and > 0."""
+def check_scale_values(s: np.ndarray, what: str = "QuantizedArray scales") -> np.ndarray:
+    """Scales (explicit ``scale=`` or a QuantizedArray's) as float32, or ValueError unless every
+    value is finite and > 0, before and after the rounding to float32."""
+    s = np.asarray(s, dtype=np.float64)
+    if not np.all(np.isfinite(s) & (s > 0)):
+        raise ValueError(f"{what} must be finite and > 0 everywhere (got zero, negative, NaN "
+                         "or Inf)")
     with np.errstate(over="ignore", under="ignore"):
         s32 = s.astype(np.float32)
     if not np.all(np.isfinite(s32) & (s32 > 0)):
-        raise ValueError("QuantizedArray scales must be finite and > 0 float32 values (got "
-                         "zero, negative, NaN or Inf)")
+        raise ValueError(f"{what} must be a positive finite float32 (it under- or overflows "
+                         "float32)")
     return s32
 
 

@@ -52,6 +52,38 @@ PATH_RNA = 3
 
 
 @triton.jit
+def taper_width(ae, M_MAX: tl.constexpr, T0: tl.constexpr, T1: tl.constexpr,
+                T2: tl.constexpr):
+    """Mantissa bits of the binade ``|E| = ae`` (int32): ``M_MAX - #{t in taper: ae >= t}``
+    (``FloatSpec.taper``; the expression the Numba fast path writes inline)."""
+    return (M_MAX - (ae >= T0).to(tl.int32) - (ae >= T1).to(tl.int32)
+            - (ae >= T2).to(tl.int32))
+
+
+@triton.jit
+def finish_code(code, ovf, big, neg, nan_in, MAX_CODE: tl.constexpr, OVF_CODE: tl.constexpr,
+                SAT: tl.constexpr, OVF_MAX_POS: tl.constexpr, OVF_MAX_NEG: tl.constexpr,
+                NEG_ZERO: tl.constexpr, NAN_CODE: tl.constexpr, NAN_SIGNED: tl.constexpr):
+    """The special cases that end both codecs' code paths (``make_kernel.one`` and
+    ``make_fast32_kernel.one`` write them inline): overflow (to +-max or the Inf/NaN code, by
+    sign and mode), +-Inf input, the sign bit (none on a zero without -0), NaN input; uint32."""
+    ovf_pos = MAX_CODE if OVF_MAX_POS else OVF_CODE
+    ovf_neg = MAX_CODE if OVF_MAX_NEG else OVF_CODE
+    code = tl.where(ovf, tl.where(neg, ovf_neg, ovf_pos), code)
+    code = tl.where(big, MAX_CODE if SAT else OVF_CODE, code)
+    sgn = tl.where(neg, SIGN, 0).to(tl.uint32)
+    if NEG_ZERO:
+        code = code | sgn
+    else:
+        code = tl.where(code != 0, code | sgn, 0)
+    if NAN_SIGNED:
+        nan = NAN_CODE | sgn
+    else:
+        nan = tl.full(sgn.shape, NAN_CODE, tl.uint32)
+    return tl.where(nan_in, nan, code).to(tl.uint32)
+
+
+@triton.jit
 def one(u, seed, idx, sr_bits, mtab_ptr, btab_ptr,
         FB: tl.constexpr, BIAS_IN: tl.constexpr, SSH: tl.constexpr, ABS_MASK: tl.constexpr,
         INF_BITS: tl.constexpr, E_LO: tl.constexpr, EMAX: tl.constexpr, FRACMAX: tl.constexpr,
@@ -89,9 +121,7 @@ def one(u, seed, idx, sr_bits, mtab_ptr, btab_ptr,
         # the same width on every binade up to EMAX; above (E = EMAX + 1 or more, inputs that
         # overflow, whose result is replaced whatever m is) the taper gives 0 where M_TAB
         # holds 1.  A gather per element cost ~10 % of the stochastic kernel's speed.
-        aet = tl.abs(et)
-        m = (M_MAX - (aet >= T0).to(a.dtype) - (aet >= T1).to(a.dtype)
-             - (aet >= T2).to(a.dtype))
+        m = taper_width(tl.abs(et), M_MAX, T0, T1, T2).to(a.dtype)
     s = FB - m + (et - e)
     sc = tl.minimum(s, SC_MAX)
     one_ = tl.full(sc.shape, 1, a.dtype)
@@ -150,21 +180,8 @@ def one(u, seed, idx, sr_bits, mtab_ptr, btab_ptr,
     else:
         bcode = tl.load(btab_ptr + (tl.minimum(efin, EMAX + 1) - E_LO)).to(a.dtype)
         code = tl.where(low, n, bcode + fr)
-    ovf_pos = MAX_CODE if OVF_MAX_POS else OVF_CODE
-    ovf_neg = MAX_CODE if OVF_MAX_NEG else OVF_CODE
-    code = tl.where(ovf, tl.where(neg, ovf_neg, ovf_pos), code)
-    code = tl.where(big, MAX_CODE if SAT else OVF_CODE, code)
-    sgn = tl.where(neg, SIGN, 0)
-    if NEG_ZERO:
-        code = code | sgn
-    else:
-        code = tl.where(code != 0, code | sgn, 0)
-    if NAN_SIGNED:
-        nan = NAN_CODE | sgn
-    else:
-        nan = tl.full(sgn.shape, NAN_CODE, tl.int32)
-    code = tl.where(a > INF_BITS, nan, code)
-    return code.to(tl.uint32)
+    return finish_code(code.to(tl.uint32), ovf, big, neg, a > INF_BITS, MAX_CODE, OVF_CODE,
+                       SAT, OVF_MAX_POS, OVF_MAX_NEG, NEG_ZERO, NAN_CODE, NAN_SIGNED)
 
 
 @triton.jit
@@ -187,9 +204,7 @@ def one_fast32(u, E_LO: tl.constexpr, M_MAX: tl.constexpr, T0: tl.constexpr,
     if UNIFORM:
         m = tl.full(e.shape, M_MAX, tl.int32)
     else:
-        ae = tl.abs(e)
-        m = (M_MAX - (ae >= T0).to(tl.int32) - (ae >= T1).to(tl.int32)
-             - (ae >= T2).to(tl.int32))
+        m = taper_width(tl.abs(e), M_MAX, T0, T1, T2)
     sh_l = tl.maximum(tl.minimum(SH_LO_BASE - e, 31), 1)
     src = tl.where(low, sig, a)
     ush = tl.where(low, sh_l, 23 - m).to(tl.uint32)
@@ -222,20 +237,8 @@ def one_fast32(u, E_LO: tl.constexpr, M_MAX: tl.constexpr, T0: tl.constexpr,
         code = tl.where(low, r, r - OFF)
     else:
         code = tl.where(low, r, _code_of_bits32(vb))
-    ovf_pos = MAX_CODE if OVF_MAX_POS else OVF_CODE
-    ovf_neg = MAX_CODE if OVF_MAX_NEG else OVF_CODE
-    code = tl.where(ovf, tl.where(neg, ovf_neg, ovf_pos), code)
-    code = tl.where(big, MAX_CODE if SAT else OVF_CODE, code)
-    sgn = tl.where(neg, SIGN, 0).to(tl.uint32)
-    if NEG_ZERO:
-        code = code | sgn
-    else:
-        code = tl.where(code != 0, code | sgn, 0)
-    if NAN_SIGNED:
-        nan = NAN_CODE | sgn
-    else:
-        nan = tl.full(sgn.shape, NAN_CODE, tl.uint32)
-    return tl.where(a > 0x7F800000, nan, code).to(tl.uint32)
+    return finish_code(code, ovf, big, neg, a > 0x7F800000, MAX_CODE, OVF_CODE, SAT,
+                       OVF_MAX_POS, OVF_MAX_NEG, NEG_ZERO, NAN_CODE, NAN_SIGNED)
 
 
 @triton.jit
@@ -266,8 +269,7 @@ def one_rna(u, M_MAX: tl.constexpr, T0: tl.constexpr, T1: tl.constexpr, T2: tl.c
     a = (u & 0x7FFFFFFF).to(tl.int32, bitcast=True)
     sgn = (u >> 24) & 0x80
     e = (a >> 23) - 127
-    ae = tl.maximum(e, -e)
-    m = M_MAX - (ae >= T0).to(tl.int32) - (ae >= T1).to(tl.int32) - (ae >= T2).to(tl.int32)
+    m = taper_width(tl.maximum(e, -e), M_MAX, T0, T1, T2)
     r = a.to(tl.uint32, bitcast=True) + ((1 << 22) >> m.to(tl.uint32))  # + half: ties away
     c = _code_of_bits32(r) | sgn
     c = tl.where(r.to(tl.int32, bitcast=True) >= RNA_OVF_BITS, RNA_OVF | sgn, c)
