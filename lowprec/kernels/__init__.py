@@ -168,6 +168,11 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
         rows = out[none]
         rows[~np.isnan(rows)] = np.nan  # a kernel's own NaN (0/0) keeps its bits
         out[none] = rows
+    if stats is not None:  # rows that see a key but came out NaN/Inf: a hazard of every scheme
+        bad = ~np.isfinite(out).all(axis=-1) if prob.dv else np.zeros(out.shape[:2], bool)
+        if none is not None:
+            bad &= ~none
+        stats.nonfinite_rows = int(np.count_nonzero(bad))
     res = finish(out, prob, as_torch)
     return (res, stats) if return_stats else res
 

@@ -299,7 +299,7 @@ def _baps(prob: Problem, return_stats: bool, config: str = "e2e_hif8", block_q: 
     out, flags, rr = run_engine(q, k, v, scale=prob.scale, causal=prob.causal, mask=prob.mask,
                                 mask_map=prob.mask_map, block_q=check_block(block_q, "block_q"),
                                 block_k=check_block(block_k, "block_k"), cfg=cfg)
-    return out, (tile_stats(flags, rr) if return_stats else None)
+    return out, (tile_stats(flags, rr, cfg.flow == E2E) if return_stats else None)
 
 
 register(Scheme(

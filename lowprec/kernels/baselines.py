@@ -194,6 +194,8 @@ class BaselineStats(Stats):
 
     _COUNTERS = ("empty_rows", "nan_rows", "floor_clamped", "sum_clamped", "requant_clamped",
                  "zero_outputs")  # the kernels' count slots, in order
+    _hazards = ("nan_rows", "sum_clamped", "requant_clamped")
+    _key = ("floor_clamped", "zero_outputs")
 
 
 

@@ -128,6 +128,9 @@ class HccsStats(Stats):
     logit_saturated: int = 0
     params: list = field(default_factory=list)
 
+    _hazards = ("out_saturated", "rho_int16_overflow", "logit_saturated")
+    _key = ("clipped",)
+
 
 
 # --------------------------------------------------------------------------------------------

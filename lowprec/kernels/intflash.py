@@ -338,6 +338,8 @@ class IntFlashStats(Stats):
 
     _COUNTERS = ("tiles", "skipped_tiles", "rescales", "fp16_overflows")  # kernel columns
     _totals = _COUNTERS + ("saturated",)
+    _hazards = ("total_fp16_overflows", "total_saturated")
+    _key = ("total_rescales", "total_skipped_tiles")
 
 
 # ------------------------------------------------------------------------------------------

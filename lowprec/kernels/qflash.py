@@ -613,18 +613,9 @@ class QFlashStats(Stats):
     _COUNTERS = ("tiles", "rescales", "exp_overflows", "requant_wraps", "int32_wraps",
                  "output_wraps", "zero_denominators", "negative_weights")  # kernel columns
     _totals = _COUNTERS
-    _derived = ("hazards",)
-
-    @property
-    def hazards(self) -> dict:
-        """``{hazard: count}`` of the spec's hazards over everything recorded."""
-        return {"exp_M_zero": self.exp_M_zero,
-                "exp_overflows": self.total_exp_overflows,
-                "requant_wraps": self.total_requant_wraps,
-                "int32_wraps": self.total_int32_wraps,
-                "output_wraps": self.total_output_wraps,
-                "zero_denominators": self.total_zero_denominators,
-                "negative_weights": self.total_negative_weights}
+    _hazards = ("exp_M_zero", "total_exp_overflows", "total_requant_wraps", "total_int32_wraps",
+                "total_output_wraps", "total_zero_denominators", "total_negative_weights")
+    _key = ("total_rescales",)
 
 
 def _stats_from_counts(cnt: np.ndarray, exp_M_zero: bool, consts: dict | None) -> QFlashStats:
