@@ -38,6 +38,10 @@ class Stats:
     #: :func:`lowprec.attention` for every scheme (a float32 score overflow, Inf inputs, ...);
     #: a hazard of every statistics class
     nonfinite_rows: int = 0
+    #: finite additive mask entries (per mask plane) at or below the scheme's ``mask_floor``
+    #: that were treated as -inf (``torch.finfo(dtype).min`` padding); set by
+    #: :func:`lowprec.attention` for the integer schemes, informative
+    mask_floored: int = 0
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -63,9 +67,10 @@ class Stats:
         """Field-wise sum: numbers add, per-call lists concatenate, None is empty."""
         res = type(self)(**{f.name: _add(getattr(self, f.name), getattr(other, f.name))
                             for f in fields(self)})
-        n = self.nonfinite_rows + other.nonfinite_rows
-        if n:
-            res.nonfinite_rows = n
+        for name in _FRONT_END:
+            n = getattr(self, name) + getattr(other, name)
+            if n:
+                setattr(res, name, n)
         return res
 
     @property
@@ -97,10 +102,14 @@ class Stats:
         out = {f.name: to_jsonable(getattr(self, f.name), strict=False) for f in fields(self)}
         for name in tuple(f"total_{n}" for n in self._totals) + tuple(self._derived):
             out[name] = to_jsonable(getattr(self, name), strict=False)
-        out["nonfinite_rows"] = int(self.nonfinite_rows)
+        for name in _FRONT_END:
+            out[name] = int(getattr(self, name))
         if "hazards" not in out:
             out["hazards"] = self.hazards
         return out
+
+
+_FRONT_END = ("nonfinite_rows", "mask_floored")  # counters lp.attention sets on every class
 
 
 def _has_test(flags: np.ndarray) -> bool:

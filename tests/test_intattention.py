@@ -304,8 +304,22 @@ def test_pipeline_bitexact_vs_reference(case):
     np.testing.assert_array_equal(got, want)
     assert st.calls == 1 and st.rows == B * Lq
     assert st.empty_rows == int(np.isnan(want[..., 0]).sum())
-    if mask is not None:
-        assert st.mask_saturated >= 1
+    if mask is not None:  # -1e30 is below MASK_FLOOR: a masked key (issue 12 item 6)
+        assert st.mask_floored >= 1
+
+
+def test_pipeline_mask_saturates_in_logit_units():
+    """A finite mask above MASK_FLOOR that leaves the int32 logit range saturates to
+    -(2**30 - 1) (counted), bit-exact against the reference."""
+    rng = np.random.default_rng(12)
+    q, k, v = normal_qkv(rng, 2, 5, 6, 8)
+    q, k = q * 1e-2, k * 1e-2  # logit unit ~2e-8: -1000 is ~-5e10 units (> 2**30)
+    mask = np.zeros((2, 5, 6), np.float32)
+    mask[1, 0, 0] = -1000.0
+    got, st = lp.attention(q, k, v, "intattention", attn_mask=mask, return_stats=True)
+    want = ref.intattention(q, k, v, mask=mask)
+    np.testing.assert_array_equal(got, want)
+    assert st.mask_saturated >= 1 and st.mask_floored == 0
 
 
 def test_pipeline_thresholds_recorded():

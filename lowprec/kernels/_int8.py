@@ -137,6 +137,11 @@ def int8_rows(x2, *, scale_dtype: str = "float32", narrow: bool = True,
 QKV_GRANULARITIES = ("per_tensor", "per_channel", "per_block")
 
 
+def _per(a: np.ndarray, rows: int) -> np.ndarray:
+    """``a`` as ``(rows, size / rows)`` (explicit sizes: an empty tensor stays reshapeable)."""
+    return a.reshape((rows, a.size // rows if rows else 0))
+
+
 @dataclass
 class QKV8:
     """int8 q, k, v of an attention problem, ready for exact GEMMs (:func:`quantize_qkv`).
@@ -164,24 +169,39 @@ class QKV8:
     saturated: int
 
 
+#: why the integer attention schemes refuse NaN/Inf inputs (every scheme says it the same way)
+FINITE_WHY = ("the integer attention schemes quantize q, k and v to int8 with a scale "
+              "max|x| / 127, which must be finite (flash, baps and reference propagate NaN/Inf)")
+
+
+def check_finite_inputs(*named) -> None:
+    """ValueError naming the first of the ``(name, array)`` pairs that holds NaN or Inf
+    (:data:`FINITE_WHY`)."""
+    for name, a in named:
+        if a.size and not np.all(np.isfinite(a)):
+            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
+
+
+def check_positive_scale(scale: float, scheme: str, why: str) -> None:
+    """ValueError unless the softmax scale is > 0 (schemes whose integer softmax needs a
+    positive logit unit; ``why`` names the quantity, e.g. ``"c_int = c / alpha"``)."""
+    if not scale > 0:
+        raise ValueError(f"{scheme} needs scale > 0 ({why}), got {scale}")
+
+
 def quantize_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray,
                  granularity: str = "per_tensor", block: int = 128, *,
-                 require_finite: bool = False) -> QKV8:
+                 require_finite: bool = True) -> QKV8:
     """Symmetric int8 (float32 scales, ``[-127, 127]``) of flattened ``q (B, Lq, d)``,
     ``k (B, Lk, d)``, ``v (B, Lk, dv)`` at ``granularity``: ``per_tensor`` (one scale per tensor
     over every entry), ``per_channel`` (one per entry, i.e. per head) or ``per_block`` (q per
     block of ``block`` query rows of an entry, k and v per entry).
 
-    ``require_finite`` raises ValueError for NaN/Inf (otherwise NaN raises as in
-    :func:`lowprec.encode` and Inf saturates).
+    ``require_finite`` (default) raises ValueError for NaN/Inf (:func:`check_finite_inputs`);
+    otherwise NaN raises as in :func:`lowprec.encode` and Inf saturates.
     """
     if require_finite:
-        for name, a in (("q", q), ("k", k), ("v", v)):
-            if a.size and not np.all(np.isfinite(a)):
-                raise ValueError(
-                    f"{name} contains NaN or Inf; the int8 schemes need finite inputs (the "
-                    "scale s = max|x| / 127 must be finite)"
-                )
+        check_finite_inputs(("q", q), ("k", k), ("v", v))
     B, Lq, d = q.shape
     rows = 1 if granularity == "per_tensor" else B
     groups = 1
@@ -193,12 +213,12 @@ def quantize_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         q8 = c8.reshape((B, groups * block, d))[:, :Lq]
         sq_row = np.repeat(sb.reshape((B, groups)), block, axis=1)[:, :Lq]
     else:
-        c8, sqs, sat_q = int8_rows(q.reshape((rows, -1)), what="q")
+        c8, sqs, sat_q = int8_rows(_per(q, rows), what="q")
         q8 = c8.reshape(q.shape)
         sq_row = np.broadcast_to(sqs.reshape((-1, 1)), (B, Lq))
         block = max(Lq, 1)
-    k8, sks, sat_k = int8_rows(k.reshape((rows, -1)), what="k")
-    v8, svs, sat_v = int8_rows(v.reshape((rows, -1)), what="v")
+    k8, sks, sat_k = int8_rows(_per(k, rows), what="k")
+    v8, svs, sat_v = int8_rows(_per(v, rows), what="v")
     dt = gemm_dtype(d)
     return QKV8(
         q8=q8.astype(dt), k8t=np.ascontiguousarray(k8.reshape(k.shape).transpose(0, 2, 1), dt),

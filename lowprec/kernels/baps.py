@@ -215,8 +215,8 @@ def softmax_exp2(scores, axis: int = -1, *, fmt: str = "hif8", fmt_out: str | No
     return restore(out.astype(np.float32))
 
 
-def _softmax_exp2(scores, axis, **opts):
-    return softmax_exp2(scores, axis, **opts)
+def _softmax_exp2(scores, axis, return_stats, **opts):
+    return softmax_exp2(scores, axis, **opts), None  # no counters
 
 
 def _choice(value, table: dict, name: str) -> int:
@@ -289,16 +289,17 @@ def _baps(prob: Problem, return_stats: bool, config: str = "e2e_hif8", block_q: 
             )
     cfg = make_config(config, **opts)
     if cfg.crit == CRIT_LIST:
-        nk = -(-prob.Lk // check_block(block_k, "block_k")) if prob.Lk else 0
+        nk = -(-prob.Lk // check_block(block_k, "block_k", prob.Lk)) if prob.Lk else 0
         bad = [t for t in cfg.crit_list if t >= nk]
         if bad:
             raise ValueError(
                 f"critical tile indices {bad} are out of range: there are {nk} key tiles"
             )
     q, k, v = _round_inputs(prob, input_dtype)
+    bq = check_block(block_q, "block_q", prob.Lq)
+    bk = check_block(block_k, "block_k", prob.Lk)
     out, flags, rr = run_engine(q, k, v, scale=prob.scale, causal=prob.causal, mask=prob.mask,
-                                mask_map=prob.mask_map, block_q=check_block(block_q, "block_q"),
-                                block_k=check_block(block_k, "block_k"), cfg=cfg)
+                                mask_map=prob.mask_map, block_q=bq, block_k=bk, cfg=cfg)
     return out, (tile_stats(flags, rr, cfg.flow == E2E) if return_stats else None)
 
 

@@ -132,9 +132,9 @@ from ._fp import div32 as _div
 from ._fp import floor32 as _floor
 from ._fp import mul32 as _mul
 from ._fp import sub32 as _sub
-from ._int8 import INT8_QMAX, quantize_qkv
+from ._int8 import INT8_QMAX, check_positive_scale, quantize_qkv
 from ._surrogate import exact_attend, fill_logits, logits_f32, row_block, vis_block, visibility
-from .problem import Problem, softmax_rows
+from .problem import MASK_FLOOR, Problem, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (specs/attention.md section 7)
@@ -714,10 +714,13 @@ def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, o
         out = np.zeros((B, Lq, prob.dv), dtype=np.float32)
         st = BaselineStats(calls=1, rows=B * Lq, empty_rows=B * Lq)
         return out, (st if return_stats else None)
+    check_positive_scale(prob.scale, "I-ViT / I-BERT", "the integer softmax takes logits in "
+                         "units of s_q s_k scale > 0")
     qz = quantize_qkv(prob.q, prob.k, prob.v)
+    # the logit unit in float32, as the published code holds it; when it underflows to 0 (q, k
+    # of amplitude ~1e-20 and below) every float32 logit is 0 and the softmax uniform, which
+    # the core computes with any positive unit
     s_in = np.float32(np.float64(qz.sq_row[0, 0]) * np.float64(qz.sk[0]) * prob.scale)
-    if not float(s_in) > 0:
-        s_in = np.float32(1.0)  # q or k is all zero: every logit is 0
     x = np.empty((B * Lq, Lk), dtype=np.float32)  # logits, then the surrogate's output
 
     def fill(rows, S, add):
@@ -739,6 +742,8 @@ def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, o
         if coded:
             xvals = ((np.arange(2 * qmax + 1) - qmax) * np.float64(s_x)).astype(np.float32)
             kw = {"codes": (cd, xvals)}
+    if not s_in > 0:  # every logit underflowed to 0 (see above)
+        s_in = np.float32(1.0)
     counts = core(x, vis, _check_scale(float(s_in)), out_bits, exact, x, **kw)  # x -> y
     bad = np.isnan(x[:, 0])  # rows the surrogate gave NaN (no visible key): NaN out
     x[bad] = 0.0
@@ -765,7 +770,7 @@ def _ibert_attention(prob: Problem, return_stats: bool, out_bits: int = 8, exact
 
 def _surrogate(core, unit, scores, axis, scale=None, out_bits: int = 8, exact: bool = False):
     """Softmax surrogate front end: int8-quantised scores (``scale=None``: per tensor), the
-    core, ``y * unit``."""
+    core, ``(y * unit, BaselineStats)``."""
     rows, restore = softmax_rows(scores, axis)
     ob = _check_out_bits(out_bits)
     ex = check_bool(exact, "exact")
@@ -784,29 +789,34 @@ def _surrogate(core, unit, scores, axis, scale=None, out_bits: int = 8, exact: b
         x = np.where(fin, xi * np.float64(s), rows).astype(np.float32)
     s = _check_scale(float(s))
     y = np.empty(x.shape, dtype=np.float32)
-    core(x, np.zeros((0, 0), dtype=np.bool_), s, ob, ex, y)
-    return restore((y * np.float32(unit(ob))).astype(np.float32))
+    counts = core(x, np.zeros((0, 0), dtype=np.bool_), s, ob, ex, y)
+    return (restore((y * np.float32(unit(ob))).astype(np.float32)),
+            _stats_from(counts, rows.shape[0]))
 
 
-def _ivit_softmax_scheme(scores, axis, **opts):
+def _ivit_softmax_scheme(scores, axis, return_stats, **opts):
     return _surrogate(_ivit_core, ivit_scale, scores, axis, **opts)
 
 
-def _ibert_softmax_scheme(scores, axis, **opts):
+def _ibert_softmax_scheme(scores, axis, return_stats, **opts):
     return _surrogate(_ibert_core, ibert_scale, scores, axis, **opts)
 
 
 register(Scheme("ivit", "int8 q k v, 8-bit logits, I-ViT Shiftmax (16-bit P, float32 order), "
                 "int32 P v",
                 _ivit_attention, options=("out_bits", "exact", "logit_bits"),
-                stats=BaselineStats, order=90))
+                stats=BaselineStats, order=90, mask_floor=MASK_FLOOR))
 register(Scheme("ibert", "int8 q k v, I-BERT i-exp integer softmax (float32 order), int32 P v",
                 _ibert_attention, options=("out_bits", "exact", "logit_bits"),
-                stats=BaselineStats, order=100))
+                stats=BaselineStats, order=100, mask_floor=MASK_FLOOR))
 register(Scheme("ivit", "I-ViT Shiftmax on int8-quantised scores (y * 2**-(out_bits-1))",
-                _ivit_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax"))
+                _ivit_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax",
+                stats=BaselineStats,
+                mask_floor=MASK_FLOOR))
 register(Scheme("ibert", "I-BERT i-exp softmax on int8-quantised scores (y * 2**-out_bits)",
-                _ibert_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax"))
+                _ibert_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax",
+                stats=BaselineStats,
+                mask_floor=MASK_FLOOR))
 
 __all__ = ["ivit_shiftmax", "ibert_softmax", "ivit_scale", "ibert_scale", "BaselineStats",
            "IVIT_N", "IBERT_N", "IVIT_ATTN_LOGIT_BITS", "IVIT_ATTN_OUT_BITS"]

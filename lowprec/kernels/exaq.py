@@ -30,7 +30,7 @@ from numba import prange
 from ..formats._jit import for_size, jit
 from ..stats import IntAttentionStats
 from . import Scheme, register
-from ._check import check_int
+from ._check import check_bool, check_int
 from ._scores import (
     ALL_VISIBLE,
     float64_operands,
@@ -39,7 +39,7 @@ from ._scores import (
     nan_rows,
     row_max,
 )
-from .problem import Problem, each_chunk, softmax_rows
+from .problem import MASK_FLOOR, Problem, each_chunk, softmax_rows
 
 #: EXAQ's clipping rule ``C = a * sigma + b`` per bit width (attention.md 3, EXAQ Table 1).
 EXAQ_AB = {2: (-1.66, -1.85), 3: (-1.75, -2.06), 4: (-1.83, -2.27)}
@@ -187,7 +187,8 @@ def _exaq_params(acc: np.ndarray, bits: int) -> tuple[float, float, float, float
     return sigma, cval, lo, delta
 
 
-def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
+def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT,
+                 return_stats: bool = False):
     """EXAQ softmax (the ``exaq`` softmax surrogate): clipped ``bits``-bit quantisation of the
     max-centred scores before a float softmax (attention.md 3; seed section 2.3).
 
@@ -203,10 +204,12 @@ def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
             float32).
         axis: the softmax axis.
         bits: 2, 3 or 4.
+        return_stats: also return an :class:`~lowprec.stats.IntAttentionStats` (``rows``,
+            ``empty_rows``, ``logits`` and ``exaq_clip = [sigma, C, lo]``).
 
     Returns:
         float32 probabilities, same shape and kind; ``-inf`` entries give 0; rows with no finite
-        entry, or with NaN or ``+inf``, give NaN.
+        entry, or with NaN or ``+inf``, give NaN.  With ``return_stats``: ``(p, stats)``.
 
     Example:
         >>> exaq_softmax(np.array([0.0, -1.0, -2.0, -30.0], np.float32), bits=2)
@@ -216,11 +219,20 @@ def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
     rows, restore = softmax_rows(scores, axis)
     lim = np.full(rows.shape[0], rows.shape[1] - 1, dtype=np.int64)
     dummy = np.ones((1, 1), np.bool_)
+    check_bool(return_stats, "return_stats")
     acc = _exaq_moments(rows, lim, dummy, False, np.array([0.0, 0.0, 0.0, np.inf]))
-    _, _, lo, delta = _exaq_params(acc, b)
+    sigma, C, lo, delta = _exaq_params(acc, b)
     out = np.empty(rows.shape, dtype=np.float32)
     for_size(_exaq_rows, rows.size)(rows, lim, dummy, False, lo, delta, float(1 << b), out)
-    return restore(out)
+    res = restore(out)
+    if not return_stats:
+        return res
+    fin = np.isfinite(rows)
+    empty = int(np.count_nonzero(~fin.any(axis=1))) if rows.shape[1] else rows.shape[0]
+    st = IntAttentionStats(calls=1, rows=rows.shape[0], empty_rows=empty,
+                           logits=int(np.count_nonzero(fin)),
+                           exaq_clip=[[float(sigma), float(C), float(lo)]])
+    return res, st
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,16 +278,17 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
     return out, st
 
 
-def _softmax_exaq(scores, axis, **opts):
-    return exaq_softmax(scores, axis, **opts)
+def _softmax_exaq(scores, axis, return_stats, **opts):
+    return exaq_softmax(scores, axis, return_stats=True, **opts)
 
 
 register(Scheme(
     "exaq",
     "EXAQ: 2/3/4-bit clipped quantisation of the max-centred scores (C = a sigma + b)",
-    _exaq, options=("bits",), stats=IntAttentionStats, order=75,
+    _exaq, options=("bits",), stats=IntAttentionStats, order=75, mask_floor=MASK_FLOOR,
 ))
 register(Scheme("exaq", "EXAQ clipped low-bit exponent quantisation softmax (bits 2/3/4)",
-                _softmax_exaq, options=("bits",), kind="softmax"))
+                _softmax_exaq, options=("bits",), kind="softmax", stats=IntAttentionStats,
+                mask_floor=MASK_FLOOR))
 
 __all__ = ["exaq_softmax", "exaq_clip", "EXAQ_AB", "EXAQ_BITS_DEFAULT"]

@@ -76,9 +76,9 @@ from ..stats import Stats
 from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, int_input
 from ._hccs_search import DELTA_BINS, DMAX_MAX, I16_T, INT16_MAX, Z_MIN, _histograms, _search
-from ._int8 import quantize_qkv
+from ._int8 import check_positive_scale, quantize_qkv
 from ._surrogate import NO_VIS, exact_attend, fill_logits, row_block, vis_block, visibility
-from .problem import Problem, softmax_rows
+from .problem import MASK_FLOOR, Problem, rows2d, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (seed hccs.txt)
@@ -452,7 +452,7 @@ def hccs_core(x8, B, S, Dmax, path: str = "i16_div", out_shift: int = 0, *,
     x, was_torch = _int8_logits(x8)
     n = x.shape[-1]
     lead = x.shape[:-1]
-    rows = x.reshape((-1, n)) if n else x.reshape((-1, 0))
+    rows = rows2d(x)
     R = rows.shape[0]
     if n == 0:
         out = np.zeros(x.shape, dtype=np.int16 if code == 0 else np.uint8)
@@ -513,7 +513,7 @@ def _head_rows(h, what: str) -> np.ndarray:
         raise ValueError(f"{what} contains NaN (use -inf to mask an entry)")
     if (a == np.inf).any():
         raise ValueError(f"{what} contains +inf")
-    return a.reshape((-1, a.shape[-1]))
+    return rows2d(a)
 
 
 def _quantize_logits(rows: np.ndarray, s_x: float) -> tuple[np.ndarray, np.ndarray, int]:
@@ -686,6 +686,8 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
         out = np.zeros((Bn, Lq, prob.dv), dtype=np.float32)
         st = HccsStats(calls=1, rows=Bn * Lq, empty_rows=Bn * Lq)
         return out, (st if return_stats else None)
+    check_positive_scale(prob.scale, "hccs", "its int8 logits x = S * c / x_scale clip at the "
+                         "row max")
     qz = quantize_qkv(prob.q, prob.k, prob.v)
     s_v = qz.sv[0]
     c = np.float64(qz.sq_row[0, 0]) * np.float64(qz.sk[0]) * prob.scale
@@ -762,7 +764,8 @@ def _calibrate_heads(per_head: np.ndarray, vis_h: np.ndarray, n: int) -> HccsPar
 
 
 def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,
-                 path: str = "i16_div", out_shift: int = 0, clb_T: int = CLB_T_DEFAULT):
+                 path: str = "i16_div", out_shift: int = 0, clb_T: int = CLB_T_DEFAULT,
+                 return_stats: bool = False):
     """HCCS as a softmax surrogate on float scores (natural-log units, ``-inf`` masked).
 
     The scores are quantised to int8 with ``params.x_scale`` (``params=None``: calibrated on
@@ -771,7 +774,9 @@ def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,
 
     Returns:
         float32 ``p * unit`` of the scores' shape and kind (see :func:`output_scale`); masked
-        entries 0, rows without a visible entry NaN.
+        entries 0, rows without a visible entry NaN; with ``return_stats``, ``(p, stats)``
+        (:class:`HccsStats`, ``logit_saturated`` counting scores clamped to [-127, 127] by a
+        given ``params.x_scale``).
 
     Raises:
         ValueError: NaN or +inf scores, head mismatch, parameters invalid for the row length.
@@ -782,6 +787,7 @@ def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,
     """
     params = _check_params_obj(params)
     unit = output_scale(path, out_shift, clb_T)
+    check_bool(return_stats, "return_stats")
     rows, restore = softmax_rows(scores, axis)
     n = rows.shape[1]
     if np.isnan(rows).any() or (rows == np.inf).any():
@@ -789,7 +795,9 @@ def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,
     if params is None:
         params = calibrate([rows], n=n) if n and np.isfinite(rows).any() else None
     if params is None:
-        return restore(np.full(rows.shape, np.nan, dtype=np.float32))
+        res = restore(np.full(rows.shape, np.nan, dtype=np.float32))
+        R = rows.shape[0]
+        return (res, HccsStats(calls=1, rows=R, empty_rows=R)) if return_stats else res
     H = params.heads
     if H == 1:
         head = np.zeros(rows.shape[0], dtype=np.int64)
@@ -804,24 +812,29 @@ def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,
     vis = np.isfinite(rows)
     with np.errstate(invalid="ignore"):
         t = np.rint(np.where(vis, rows.astype(np.float64), 0.0) / params.x_scale[head][:, None])
+    sat = int(np.count_nonzero(vis & ((t > X8_MAX) | (t < -X8_MAX))))
     x8 = np.clip(t, -X8_MAX, X8_MAX).astype(np.int8)
-    p = hccs_core(x8, params.B[head], params.S[head], params.Dmax[head], path, out_shift,
-                  clb_T=clb_T, mask=vis)
+    p, st = hccs_core(x8, params.B[head], params.S[head], params.Dmax[head], path, out_shift,
+                      clb_T=clb_T, mask=vis, return_stats=True)
     out = (p.astype(np.float64) * unit).astype(np.float32)
     out[~vis.any(axis=1)] = np.nan
-    return restore(out)
+    if not return_stats:
+        return restore(out)
+    st.logit_saturated = sat
+    return restore(out), st
 
 
-def _hccs_softmax_scheme(scores, axis, **opts):
-    return hccs_softmax(scores, axis, **opts)
+def _hccs_softmax_scheme(scores, axis, return_stats, **opts):
+    return hccs_softmax(scores, axis, return_stats=True, **opts)
 
 
 register(Scheme("hccs", "int8 q k v, HCCS clipped-linear integer softmax (per-head calibrated)",
                 _hccs_attention, options=("params", "path", "out_shift", "clb_T", "dequant"),
-                shape_dependent=("params",), stats=HccsStats, order=80))
+                shape_dependent=("params",), stats=HccsStats, order=80, mask_floor=MASK_FLOOR))
 register(Scheme("hccs", "HCCS clipped-linear integer softmax surrogate on int8 scores",
                 _hccs_softmax_scheme, options=("params", "path", "out_shift", "clb_T"),
-                kind="softmax"))
+                kind="softmax", stats=HccsStats,
+                mask_floor=MASK_FLOOR))
 
 __all__ = ["hccs_core", "check_params", "calibrate", "HccsParams", "HccsStats", "hccs_softmax",
            "output_scale", "PATHS"]

@@ -32,7 +32,7 @@ between batch entries through :func:`mask_planes`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -44,6 +44,13 @@ _IN_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.floa
 _IN_ALLOWED = "float32, float16, bfloat16 (float64 is accepted and rounded to float32 by every " \
     "scheme except 'reference')"
 LOG2E = 1.4426950408889634  # log2(e)
+#: Additive mask values at or below this are "minus infinity" for the integer schemes (the
+#: Scheme record's ``mask_floor``): float16's lowest finite value, and below it the
+#: ``torch.finfo(dtype).min`` that transformers and torch put on padded keys for every float
+#: dtype.  A real additive bias never comes near it (exp(-65504) is 0 in every float format),
+#: but a finite stand-in for -inf would otherwise enter the integer schemes' logit scales and
+#: clipping statistics (issue 12 item 6).  reference, flash and baps add the value as it is.
+MASK_FLOOR = -65504.0
 
 
 @dataclass
@@ -116,6 +123,20 @@ class Problem:
         add = np.where(vis, planes, np.float32(0.0))
         vis2 = None if vis.all() else np.ascontiguousarray(vis.reshape((-1, self.Lk)))
         return RowMask(lim, vis2, add if np.any(add) else None)
+
+    def floored(self, floor: float) -> tuple[Problem, int]:
+        """``(problem, n)``: this problem with every finite additive mask value ``<= floor``
+        made ``-inf`` (a masked key), and how many (plane) entries changed; the problem itself
+        when none does (:data:`MASK_FLOOR`)."""
+        if self.mask is None:
+            return self, 0
+        low = self.mask <= np.float32(floor)
+        low &= self.mask != -np.inf
+        n = int(np.count_nonzero(low))
+        if not n:
+            return self, 0
+        mask = np.where(low, np.float32(-np.inf), self.mask).astype(np.float32)
+        return replace(self, mask=mask), n
 
     def no_key_rows(self) -> np.ndarray | None:
         """Boolean ``(B, Lq)``: query rows that see no key (causal and mask combined), or None
@@ -226,8 +247,22 @@ def mask_planes(arr: np.ndarray, lead: tuple, Lq: int, Lk: int, what: str, dtype
     mlead = arr.shape[:-2]
     idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
     mmap = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
-    planes = np.broadcast_to(arr, mlead + (Lq, Lk)).reshape((-1, Lq, Lk))
+    planes = np.broadcast_to(arr, mlead + (Lq, Lk)).reshape((idx.size, Lq, Lk))
     return np.ascontiguousarray(planes, dtype=dtype), mmap
+
+
+def flat_lead(a: np.ndarray, lead: tuple, L: int, D: int, dtype=None) -> np.ndarray:
+    """``a`` broadcast to ``lead + (L, D)`` as a C-contiguous ``(prod(lead), L, D)`` array of
+    ``dtype`` (default: a's); every size may be 0 (the sizes are explicit, never ``-1``)."""
+    nb = int(np.prod(lead, dtype=np.int64))
+    a = np.broadcast_to(a, tuple(lead) + (L, D))
+    return np.ascontiguousarray(a, dtype=dtype).reshape((nb, L, D))
+
+
+def rows2d(a: np.ndarray) -> np.ndarray:
+    """``a (..., n)`` as ``(prod(...), n)`` (a view where possible; empty shapes included)."""
+    n = a.shape[-1] if a.ndim else 1
+    return a.reshape((int(np.prod(a.shape[:-1], dtype=np.int64)), n))
 
 
 def causal_visible(Lq: int, Lk: int) -> np.ndarray:
@@ -316,14 +351,10 @@ def prepare(q, k, v, *, scale=None, causal=False, attn_mask=None, keep_float64=F
     want64 = keep_float64 and all(a.dtype == np.float64 for a in (qa, ka, va))
     dt = np.float64 if want64 else np.float32
 
-    def flat(a, L, D):
-        a = np.broadcast_to(a, lead + (L, D))
-        nb = int(np.prod(lead, dtype=np.int64))
-        return np.ascontiguousarray(a, dtype=dt).reshape((nb, L, D))
-
     mask, mask_map = _prepare_mask(attn_mask, lead, Lq, Lk)
     prob = Problem(
-        q=flat(qa, Lq, d), k=flat(ka, Lk, d), v=flat(va, Lk, dv), scale=s, causal=bool(causal),
+        q=flat_lead(qa, lead, Lq, d, dt), k=flat_lead(ka, lead, Lk, d, dt),
+        v=flat_lead(va, lead, Lk, dv, dt), scale=s, causal=bool(causal),
         mask=mask, mask_map=mask_map, lead=lead, in_dtype=in_dtype,
     )
     return prob, q_torch
@@ -383,9 +414,14 @@ def kernel_array(a: np.ndarray, dtype) -> np.ndarray:
     return a if a.flags.writeable else a.copy()
 
 
-def check_block(value, name: str) -> int:
-    """Validate a tile size (positive int)."""
-    return check_int(value, name, 1, what="a positive int")
+def check_block(value, name: str, cap: int | None = None) -> int:
+    """Validate a tile size (a positive int, any size) and cap it at ``cap`` (the sequence
+    length it tiles, when given): a tile longer than the sequence holds the same rows or keys
+    as one of exactly its length (the padding rows are ignored, the padding keys masked), so
+    the result is the same and memory and time follow the sequence, not the block size.
+    ``block_k=2**64`` is therefore one tile of the whole sequence, not a Numba overflow."""
+    b = check_int(value, name, 1, what="a positive int")
+    return b if cap is None else max(1, min(b, int(cap)))
 
 
 def check_options(options: dict, scheme: str, allowed: tuple) -> None:
@@ -461,6 +497,7 @@ def core_lead(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> tuple:
 
 __all__ = ["Problem", "RowMask", "prepare", "finish", "causal_visible", "check_block",
            "no_key_rows", "kernel_array", "one_blas_thread",
-           "row_chunks", "each_chunk", "mask_planes",
+           "row_chunks", "each_chunk", "mask_planes", "flat_lead", "rows2d",
            "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",
+           "MASK_FLOOR",
            "is_torch"]

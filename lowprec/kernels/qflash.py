@@ -54,13 +54,15 @@ from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_int, check_real, float_input, int_input
-from ._int8 import int8_rows, quantize_int8, row_scales, score_chunks
+from ._int8 import FINITE_WHY, int8_rows, quantize_int8, row_scales, score_chunks
 from .problem import (
     INT8_D_MAX,
     LOG2E,
+    MASK_FLOOR,
     Problem,
     check_block,
     core_lead,
+    flat_lead,
     int8_input,
     kernel_array,
     mask_planes,
@@ -165,7 +167,7 @@ class QFlashConstants:
 
 
 def _float_array(x, what: str) -> np.ndarray:
-    return np.asarray(float_input(x, what, finite=True, why="QFlash needs finite inputs"),
+    return np.asarray(float_input(x, what, finite=True, why=FINITE_WHY),
                       dtype=np.float64)
 
 
@@ -708,18 +710,16 @@ def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int
     l_M = _int32_scalar(l_M, "l_M")
     acc_M = _int32_scalar(acc_M, "acc_M")
     m_init = _int32_scalar(m_init, "m_init")
-    bk = check_block(block_k, "block_k")
+    bk = check_block(block_k, "block_k", ka.shape[-2])
     division = check_bool(division, "division")
     causal = check_bool(causal, "causal")
     check_bool(return_stats, "return_stats")
     Lq, d = qa.shape[-2:]
     Lk, dv = va.shape[-2:]
 
-    def flat(a, L, D):
-        return np.ascontiguousarray(np.broadcast_to(a, lead + (L, D))).reshape((-1, L, D))
-
     planes, bmap, has_bias = _bias_planes(bias, lead, Lq, Lk)
-    o8, cnt = _run_core(flat(qa, Lq, d), flat(ka, Lk, d), flat(va, Lk, dv), R, exp_M, req_M,
+    o8, cnt = _run_core(flat_lead(qa, lead, Lq, d), flat_lead(ka, lead, Lk, d),
+                        flat_lead(va, lead, Lk, dv), R, exp_M, req_M,
                         l_M, acc_M, bk, planes, bmap, has_bias, causal, m_init, division)
     o8 = o8.reshape(lead + (Lq, dv))
     if return_stats:
@@ -754,14 +754,14 @@ def no_key_rows(prob: Problem) -> np.ndarray | None:
 def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
             m_init: int = M_INIT_DEFAULT, division: bool = False, on_hazard: str = "count"):
     check_choice(on_hazard, "on_hazard", HAZARD_POLICIES)
-    bk = check_block(block_k, "block_k")
+    bk = check_block(block_k, "block_k", prob.Lk)
     m_init = _int32_scalar(m_init, "m_init")
     division = check_bool(division, "division")
     if prob.d > D_MAX:
         raise ValueError(f"d = {prob.d} > {D_MAX}: int8 dot products could wrap int32")
     qkv8, scales = [], []
     for name, x in (("q", prob.q), ("k", prob.k), ("v", prob.v)):
-        float_input(x, name, finite=True, why="QFlash needs finite inputs")
+        float_input(x, name, finite=True, why=FINITE_WHY)
         codes, sx, _ = int8_rows(x.reshape((1, -1)), scale_dtype="float64", narrow=False,
                                  what=name)
         qkv8.append(codes.reshape(x.shape))
@@ -792,6 +792,7 @@ register(Scheme(
     "QFlash integer-only flash attention (per-tensor int8, ShiftExp2, ScaleRelease)",
     _qflash,
     options=("block_k", "m_init", "division", "on_hazard"), stats=QFlashStats, order=40,
+    mask_floor=MASK_FLOOR,
 ))
 
 __all__ = ["QFlashConstants", "QFlashStats", "QFlashHazardError", "host_constants",
