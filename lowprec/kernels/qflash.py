@@ -81,8 +81,8 @@ HAZARD_POLICIES = ("count", "raise")
 
 # counter columns of the kernel (per batch entry)
 (_C_TILES, _C_RESCALES, _C_EXP_OVF, _C_REQ_WRAP, _C_I32_WRAP, _C_OUT_WRAP, _C_ZERO_DEN,
- _C_NEG_EXP) = range(8)
-_NCOUNT = 8
+ _C_NEG_EXP, _C_M_INIT) = range(9)
+_NCOUNT = 9
 _ROWS_PER_TASK = 16
 _TILE32_KEYS = (1 << 31) // (128 * 128) - 1  # keys whose int8 products P8 v8 sum in int32
 
@@ -465,6 +465,7 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
         c_out = 0
         c_zero = 0
         c_neg = 0
+        c_minit = 0
         mb = bmap[b]
         for ii in range(i0, i1):
             i = r0 + ii
@@ -472,6 +473,8 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
             lsum = np.int64(1)
             acc[:] = 0
             lim = i + Lk - Lq
+            vmax = np.int64(-(1 << 62))  # the row's largest visible score (+ bias)
+            seen = False
             for t in range(nk):
                 j0 = t * bk
                 nv = min(bk, Lk - j0)
@@ -496,6 +499,9 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
                     s[jj] = w
                     if w > mx:
                         mx = w
+                    if jj < nv and bij > MASK_BIAS:  # a key the row sees
+                        seen = True
+                        vmax = max(vmax, w)
                 rowsum = np.int64(0)
                 for jj in range(bk):
                     raw = s[jj] - mx
@@ -551,6 +557,8 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
                 m = mx
             if lsum == 0:
                 c_zero += 1
+            if seen and vmax < m_init:  # every score below m_init: the row stays at 0
+                c_minit += 1
             fl = np.float32(lsum)
             for c in range(dv):
                 o = _f32_to_i32(np.float32(np.float32(acc[c]) / fl))
@@ -566,6 +574,7 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
         cnt[task, _C_OUT_WRAP] = c_out
         cnt[task, _C_ZERO_DEN] = c_zero
         cnt[task, _C_NEG_EXP] = c_neg
+        cnt[task, _C_M_INIT] = c_minit
     return cnt
 
 
@@ -595,6 +604,9 @@ class QFlashStats(Stats):
             Usually ``requant`` maps that to 0 and it is harmless (masked keys, far keys);
             counted here are the cases where it reaches ``l`` and ``acc`` (large
             amplitudes).
+        m_init_rows: rows that see a key but whose every score (plus bias) lies below
+            ``m_init``: the running max never leaves ``m_init``, every weight ShiftExp2 gives
+            is 0 and the row's output is 0 (issue 12 item 4; e.g. q = 1, k = -1 at d = 128).
         exp_M_zero: calls whose ``exp_M`` was 0 (``s < 2**-17``).
         constants: per call, the host constants as a dict (empty for core calls).
         calls: number of calls merged.
@@ -608,15 +620,18 @@ class QFlashStats(Stats):
     output_wraps: list = field(default_factory=list)
     zero_denominators: list = field(default_factory=list)
     negative_weights: list = field(default_factory=list)
+    m_init_rows: list = field(default_factory=list)
     exp_M_zero: int = 0
     constants: list = field(default_factory=list)
     calls: int = 0
 
     _COUNTERS = ("tiles", "rescales", "exp_overflows", "requant_wraps", "int32_wraps",
-                 "output_wraps", "zero_denominators", "negative_weights")  # kernel columns
+                 "output_wraps", "zero_denominators", "negative_weights",
+                 "m_init_rows")  # kernel columns
     _totals = _COUNTERS
     _hazards = ("exp_M_zero", "total_exp_overflows", "total_requant_wraps", "total_int32_wraps",
-                "total_output_wraps", "total_zero_denominators", "total_negative_weights")
+                "total_output_wraps", "total_zero_denominators", "total_negative_weights",
+                "total_m_init_rows")
     _key = ("total_rescales",)
 
 
