@@ -237,7 +237,7 @@ def test_core_hazard_counts():
     _, st = _check_core(q8, k8, v8, TYPICAL)
     assert st.hazards == {"nonfinite_rows": 0, "exp_M_zero": 0, "exp_overflows": 0,
                           "requant_wraps": 0, "int32_wraps": 0, "output_wraps": 0,
-                          "zero_denominators": 0, "negative_weights": 0}
+                          "zero_denominators": 0, "negative_weights": 0, "m_init_rows": 0}
     # a bias that wraps the int32 score is counted
     bias = np.full((4, 40), 2**31 - 1, np.int64)
     _, st = Q.qflash_core(q8, k8, v8, *TYPICAL, bias=bias, return_stats=True)

@@ -494,14 +494,15 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
                         w = _wrap32(raw)
                         if w != raw:
                             c_wrap += 1
+                        if bij > MASK_BIAS:  # a key the row sees
+                            seen = True
+                            if w > vmax:
+                                vmax = w
                     else:
                         w = np.int64(MASK_BIAS)
                     s[jj] = w
                     if w > mx:
                         mx = w
-                    if jj < nv and bij > MASK_BIAS:  # a key the row sees
-                        seen = True
-                        vmax = max(vmax, w)
                 rowsum = np.int64(0)
                 for jj in range(bk):
                     raw = s[jj] - mx
