@@ -42,6 +42,12 @@ class Stats:
     #: that were treated as -inf (``torch.finfo(dtype).min`` padding); set by
     #: :func:`lowprec.attention` for the integer schemes, informative
     mask_floored: int = 0
+    #: rows that see a key and whose logits carry an estimated input-rounding noise above
+    #: 0.5 nat RMS (:func:`lowprec.kernels.problem.logit_noise`: the rounding of q and k to
+    #: the scheme's input format, int8 or bfloat16, against the softmax's sharpness); the
+    #: documented error bounds hold for rows below it.  Set by :func:`lowprec.attention`; a
+    #: hazard of every statistics class
+    noisy_rows: int = 0
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -75,10 +81,11 @@ class Stats:
 
     @property
     def hazards(self) -> dict:
-        """``{counter: count}`` of the hazard counters (``nonfinite_rows`` and the class's
+        """``{counter: count}`` of the hazard counters (``nonfinite_rows``, ``noisy_rows``, the
+        class's
         ``_hazards``; a ``total_`` prefix dropped) over everything recorded; all zero when
         nothing went wrong."""
-        names = ("nonfinite_rows",) + tuple(self._hazards)
+        names = ("nonfinite_rows", "noisy_rows") + tuple(self._hazards)
         return {n.removeprefix("total_"): int(getattr(self, n)) for n in names}
 
     def key_counts(self) -> dict:
@@ -109,7 +116,8 @@ class Stats:
         return out
 
 
-_FRONT_END = ("nonfinite_rows", "mask_floored")  # counters lp.attention sets on every class
+# counters lp.attention sets on every class
+_FRONT_END = ("nonfinite_rows", "mask_floored", "noisy_rows")
 
 
 def _has_test(flags: np.ndarray) -> bool:
@@ -300,6 +308,13 @@ class IntAttentionStats(Stats):
             entry (leading dims flattened; the core flattens all leading dims into one entry).
         exaq_clip: per ``exaq`` call, ``[sigma, C, lo]``: the population std of the max-centred
             scores, EXAQ's ``C = a sigma + b`` and the lower clip ``max(C, min)``.
+        unnormalized_rows: ``intattention`` / ``quant_only``: rows that see a key whose
+            integer probabilities sum more than 10 % away from full scale (255 or 127): 8-bit P
+            on long flat rows (P = 0 everywhere beyond ~510 / ~254 keys), a hazard.
+        exaq_merged: ``exaq``: keys more than 1 nat below their row's max that the quantiser
+            put on the max's level (so they get the max's weight where softmax gives them less
+            than 1/e of it): EXAQ's sigma-proportional levels are coarser than the row's
+            softmax, as for large score amplitudes; a hazard (issue 12).
     """
 
     calls: int = 0
@@ -319,10 +334,13 @@ class IntAttentionStats(Stats):
     head_clipped: list = field(default_factory=list)
     head_wraps: list = field(default_factory=list)
     exaq_clip: list = field(default_factory=list)
+    exaq_merged: int = 0
+    unnormalized_rows: int = 0
 
     _derived = ("clip_rate", "zero_rate", "saturation_rate", "wrap_rate")
     _key = ("clip_rate", "zero_rate", "mask_saturated")
-    _hazards = ("saturated", "uint16_wraps", "reciprocal_overflows", "diff_overflows")
+    _hazards = ("saturated", "uint16_wraps", "reciprocal_overflows", "diff_overflows",
+                "exaq_merged", "unnormalized_rows")
 
     @property
     def clip_rate(self) -> float:

@@ -58,6 +58,12 @@ class Scheme:
         mask_floor: additive mask values at or below it are made ``-inf`` before the scheme
             runs (:data:`lowprec.kernels.problem.MASK_FLOOR` for the integer schemes, whose
             logit scales a finite stand-in for -inf would wreck); None: added as they are.
+        noise: ``noise(options) -> model`` of how the scheme rounds q and k (a model of
+            :func:`lowprec.kernels.problem.logit_noise`, or None when it keeps them exact);
+            :func:`attention` counts the rows it makes noisy (``Stats.noisy_rows``).
+        error_bound: the documented bound on the relative error (Frobenius norm over the rows
+            that see a key) of the output against ``reference`` on rows that are not noisy and
+            raise no hazard; checked by the property test over amplitudes 1e-30 .. 1e20.
     """
 
     name: str
@@ -71,6 +77,8 @@ class Scheme:
     stats: type | None = None
     order: int = 100
     mask_floor: float | None = None
+    noise: Callable[[dict], str | None] | None = None
+    error_bound: float | None = None
 
 
 _REGISTRY: dict[tuple[str, str], Scheme] = {}
@@ -188,8 +196,23 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
             bad &= ~none
         stats.nonfinite_rows = int(np.count_nonzero(bad))
         stats.mask_floored = floored
+        if s.noise is not None:
+            stats.noisy_rows = _noisy_rows(prob, s.noise(options), none)
     res = finish(out, prob, as_torch)
     return (res, stats) if return_stats else res
+
+
+def _noisy_rows(prob, model, none) -> int:
+    """Rows that see a key and whose estimated logit noise exceeds NOISE_NATS."""
+    from .problem import NOISE_NATS, logit_noise
+
+    est = logit_noise(prob, model)
+    if est is None:
+        return 0
+    noisy = ~(est <= NOISE_NATS)  # NaN (overflowing inputs) counts as noisy
+    if none is not None:
+        noisy &= ~none
+    return int(np.count_nonzero(noisy))
 
 
 def _empty_stats(s: Scheme):

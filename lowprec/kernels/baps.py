@@ -156,7 +156,16 @@ def exp2_table(fmt_in: str, fmt_out: str, fp16: bool = True) -> np.ndarray:
 def restart_threshold(tau: int) -> float:
     """The smallest float32 ``x`` with ``hif8(x) > tau`` (nearest_away): the engine restarts a
     row iff ``fl(rowmax - m) >= threshold`` (equivalent to some ``hif8(S - m) > tau``, since
-    HiF8 rounding and ``fl(. - m)`` are monotone)."""
+    HiF8 rounding and ``fl(. - m)`` are monotone).
+
+    ``tau`` is the restart threshold of ``e2e_hif8``: an int >= 0 (ValueError otherwise; a
+    bool or float raises ValueError like the scheme option does).
+
+    Example:
+        >>> restart_threshold(1)
+        1.0625
+    """
+    tau = check_int(tau, "tau", 0, what="a non-negative int")
     lo, hi = np.uint32(0), np.uint32(F32_EXP)  # bits of +0 and +inf
 
     def over(bits) -> bool:
@@ -200,6 +209,7 @@ def softmax_exp2(scores, axis: int = -1, *, fmt: str = "hif8", fmt_out: str | No
     _check_fmt(fmt, "fmt")
     fmt_out = fmt if fmt_out is None else _check_fmt(fmt_out, "fmt_out")
     check_bool(integer_max, "integer_max")
+    check_bool(exp2_fp16, "exp2_fp16")
     rows, restore = softmax_rows(scores, axis)
     x2 = rows * np.float32(LOG2E)
     with np.errstate(invalid="ignore"):
@@ -307,6 +317,7 @@ register(Scheme(
     "baps",
     "BAPS HiF8 flash attention (configs: " + ", ".join(CONFIGS) + ")",
     _baps,
+    noise=lambda o: "bfloat16" if o.get("input_dtype", "bfloat16") == "bfloat16" else None,
     options=("config", "block_q", "block_k", "input_dtype", "tau", "critical", "max_round",
              "granularity", "accum", "exp2_fp16"),
     variants=("config", tuple(CONFIGS)), shape_dependent=("critical",), stats=BapsStats,

@@ -56,6 +56,7 @@ from ._int8 import INT8_D_MAX as D_MAX
 from .problem import (
     LOG2E,
     MASK_FLOOR,
+    SCALE_SCOPES,
     Problem,
     check_block,
     core_lead,
@@ -503,15 +504,23 @@ def _stats(cnt: np.ndarray, saturated: tuple) -> IntFlashStats:
 
 def _intflash(prob: Problem, return_stats: bool, block_q: int = BLOCK_Q_DEFAULT,
               block_k: int = BLOCK_K_DEFAULT, variant: str = "full",
-              scale_dtype: str = "float32"):
+              scale_dtype: str = "float32", scale_scope: str = "visible"):
     check_choice(variant, "variant", VARIANTS)
+    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
     Br = check_block(block_q, "block_q", prob.Lq)
     Bc = check_block(block_k, "block_k", prob.Lk)
     if Bc > BLOCK_K_MAX:
         raise ValueError(f"block_k = {Bc} > {BLOCK_K_MAX}: int32 tile sums of P8 v8 could wrap")
     if prob.d > D_MAX:
         raise ValueError(f"d = {prob.d} > {D_MAX}: int8 dot products could wrap int32")
-    qi = quantize_inputs(prob.q, prob.k, prob.v, scale_dtype=scale_dtype)
+    v = prob.v
+    if scope == "visible" and variant == "full":
+        # q and k have per-token scales; v's per-(batch, head) scale comes from the keys that
+        # take part (a key masked for every row has P = 0: its codes do not matter, so 0)
+        keys = prob.taking_part()[1]
+        if not keys.all():
+            v = np.where(keys[..., None], v, np.float32(0.0))
+    qi = quantize_inputs(prob.q, prob.k, v, scale_dtype=scale_dtype)
     half = variant == "half"
     B = prob.B
     if half:
@@ -538,8 +547,9 @@ register(Scheme(
     "intflash",
     "INT-FlashAttention: per-token int8 q/k, int8 (full) or fp16 (half) v, float32 softmax",
     _intflash,
-    options=("block_q", "block_k", "variant", "scale_dtype"),
+    options=("block_q", "block_k", "variant", "scale_dtype", "scale_scope"),
     variants=("variant", VARIANTS), stats=IntFlashStats, order=30, mask_floor=MASK_FLOOR,
+    noise=lambda o: "int8_token",
 ))
 
 __all__ = ["IntFlashInputs", "IntFlashStats", "quantize_inputs", "intflash_core",

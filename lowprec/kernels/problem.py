@@ -138,6 +138,40 @@ class Problem:
         mask = np.where(low, np.float32(-np.inf), self.mask).astype(np.float32)
         return replace(self, mask=mask), n
 
+    def taking_part(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows (B, Lq), keys (B, Lk))`` boolean: the query rows and keys that take part in
+        the attention (the entries the integer schemes' default ``scale_scope="visible"``
+        takes their int8 scales from).
+
+        A key takes part when some row sees it (causal and mask combined); a query row when it
+        sees a key and, in self-attention (``Lq == Lk``), its own position is a key that takes
+        part: a position masked as a key for every row is padding, and its query row (which
+        a key-padding mask, as transformers builds it, lets see the real keys) is padding too.
+        (With cross-attention of equal lengths that rule can leave out a real query row; its
+        q values then may clamp, counted as ``saturated``; use ``scale_scope="tensor"``.)
+        """
+        B, Lq, Lk = self.B, self.Lq, self.Lk
+        if self.mask is None:
+            keys = np.ones((B, Lk), dtype=bool)
+            rows = np.broadcast_to(self.row_limits() >= 0, (B, Lq)).copy() if Lk else \
+                np.zeros((B, Lq), dtype=bool)
+            return rows, keys
+        vis = self.mask != -np.inf
+        if self.causal:
+            vis = vis & causal_visible(Lq, Lk)[None]
+        rows_p = vis.any(axis=2)
+        keys_p = vis.any(axis=1)
+        if Lq == Lk:
+            rows_p &= keys_p
+        return rows_p[self.mask_map], keys_p[self.mask_map]
+
+    def sequences(self) -> np.ndarray:
+        """int64 ``(B,)``: the sequence (index along the first leading dim, torch SDPA's batch
+        dim ``N``) of each flattened entry; every entry of one sequence (its heads) shares the
+        ``scale_scope="visible"`` per-tensor scales."""
+        per = self.B // self.lead[0] if self.lead and self.lead[0] else max(self.B, 1)
+        return np.arange(self.B, dtype=np.int64) // max(per, 1)
+
     def no_key_rows(self) -> np.ndarray | None:
         """Boolean ``(B, Lq)``: query rows that see no key (causal and mask combined), or None
         when every row sees one (computed once per call by :func:`lowprec.attention`)."""
@@ -249,6 +283,59 @@ def mask_planes(arr: np.ndarray, lead: tuple, Lq: int, Lk: int, what: str, dtype
     mmap = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
     planes = np.broadcast_to(arr, mlead + (Lq, Lk)).reshape((idx.size, Lq, Lk))
     return np.ascontiguousarray(planes, dtype=dtype), mmap
+
+
+#: where the integer schemes take their int8 scales from (option ``scale_scope``)
+SCALE_SCOPES = ("visible", "tensor")
+
+#: RMS logit noise (nats) above which a row counts as noisy (``Stats.noisy_rows``)
+NOISE_NATS = 0.5
+#: input rounding models of :func:`logit_noise`
+NOISE_MODELS = ("bfloat16", "int8_tensor", "int8_entry", "int8_token")
+_BF16_STEP2 = 2.0 ** -16 / 12.0  # variance of bf16 rounding per |x|**2: ulp 2**-7, uniform
+
+
+def logit_noise(prob: Problem, model: str | None) -> np.ndarray | None:
+    """Estimated RMS noise (nats) of each row's logits ``q_i . k_j * scale`` caused by rounding
+    q and k to a scheme's input format, float64 ``(B, Lq)``; None for ``model=None``.
+
+    Rounding errors are modelled as independent and uniform over half a step on each side, so
+    ``var_i = scale**2 * sum_d (q_id**2 var(dk_d) + E_j[k_jd**2] var(dq_id))`` with ``E_j`` the
+    mean over keys:
+
+    * ``"int8_tensor"`` / ``"int8_entry"``: step ``max|x| / 127`` over the whole tensor / over
+      each (batch, head) entry (``var = step**2 / 12`` for every element);
+    * ``"int8_token"``: q's step per query row, k's per key (INT-FlashAttention);
+    * ``"bfloat16"``: a relative step of ``2**-7`` (``var = x**2 * 2**-14 / 12``).
+
+    Exactly representable inputs still get the estimate (it is a bound on the grid, not a
+    measurement).  A row whose estimate exceeds :data:`NOISE_NATS` is where the input format is
+    too coarse for the softmax's sharpness: the schemes' documented error bounds do not cover
+    it (``Stats.noisy_rows``).
+    """
+    if model is None or prob.B == 0 or prob.Lq == 0 or prob.Lk == 0:
+        return None
+    q = prob.q.astype(np.float64)
+    k = prob.k.astype(np.float64)
+    k2 = np.mean(k * k, axis=1)  # (B, d): E_j[k_jd^2]
+    if model == "bfloat16":
+        var = _BF16_STEP2 * 2.0 * np.einsum("bid,bd->bi", q * q, k2)
+    elif model in ("int8_tensor", "int8_entry"):
+        ax = None if model == "int8_tensor" else (1, 2)
+        sq = np.max(np.abs(q), axis=ax, keepdims=model != "int8_tensor") / 127.0
+        sk = np.max(np.abs(k), axis=ax, keepdims=model != "int8_tensor") / 127.0
+        sq = np.broadcast_to(sq, (prob.B, 1, 1)).reshape(prob.B, 1)
+        sk = np.broadcast_to(sk, (prob.B, 1, 1)).reshape(prob.B, 1)
+        var = (np.sum(q * q, axis=2) * sk * sk + np.sum(k2, axis=1)[:, None] * sq * sq) / 12.0
+    elif model == "int8_token":
+        sq = np.max(np.abs(q), axis=2) / 127.0                      # (B, Lq)
+        sk2 = (np.max(np.abs(k), axis=2) / 127.0) ** 2              # (B, Lk)
+        var = (np.sum(q * q, axis=2) * np.mean(sk2, axis=1)[:, None]
+               + np.sum(k2, axis=1)[:, None] * sq * sq) / 12.0
+    else:
+        raise ValueError(f"noise model {model!r} is not one of {', '.join(NOISE_MODELS)}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.sqrt(var) * abs(prob.scale)
 
 
 def flat_lead(a: np.ndarray, lead: tuple, L: int, D: int, dtype=None) -> np.ndarray:
@@ -499,5 +586,5 @@ __all__ = ["Problem", "RowMask", "prepare", "finish", "causal_visible", "check_b
            "no_key_rows", "kernel_array", "one_blas_thread",
            "row_chunks", "each_chunk", "mask_planes", "flat_lead", "rows2d",
            "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",
-           "MASK_FLOOR",
+           "MASK_FLOOR", "logit_noise", "NOISE_NATS", "NOISE_MODELS", "SCALE_SCOPES",
            "is_torch"]

@@ -54,11 +54,12 @@ from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_int, check_real, float_input, int_input
-from ._int8 import FINITE_WHY, int8_rows, quantize_int8, row_scales, score_chunks
+from ._int8 import FINITE_WHY, quantize_int8, row_scales, scoped_amax, score_chunks
 from .problem import (
     INT8_D_MAX,
     LOG2E,
     MASK_FLOOR,
+    SCALE_SCOPES,
     Problem,
     check_block,
     core_lead,
@@ -609,7 +610,9 @@ class QFlashStats(Stats):
             ``m_init``: the running max never leaves ``m_init``, every weight ShiftExp2 gives
             is 0 and the row's output is 0 (issue 12 item 4; e.g. q = 1, k = -1 at d = 128).
         exp_M_zero: calls whose ``exp_M`` was 0 (``s < 2**-17``).
-        constants: per call, the host constants as a dict (empty for core calls).
+        constants: the host constants, one dict per call and sequence (``scale_scope=
+            "visible"``: each batch element has its own scales and constants; ``"tensor"``: one
+            per call; an empty dict for core calls).
         calls: number of calls merged.
     """
 
@@ -747,18 +750,21 @@ def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int
 # the float pipeline (scheme "qflash")
 
 
-def _mask_bias(prob: Problem, s: float):
-    """int64 bias planes from the additive float mask: -inf -> MASK_BIAS, finite values in
-    score units (``mask * log2(e) / s``, RNE) clipped to ``[-2**20, 2**20]``."""
+def _mask_bias(prob: Problem, s: float, e0: int = 0, e1: int | None = None):
+    """int64 bias planes of entries ``e0 .. e1 - 1`` from the additive float mask: -inf ->
+    MASK_BIAS, finite values in score units (``mask * log2(e) / s``, RNE) clipped to
+    ``[-2**20, 2**20]``; with the per-entry plane map of those entries."""
+    e1 = prob.B if e1 is None else e1
     if prob.mask is None:
-        return np.zeros((1, 0, 0), dtype=np.int64), prob.mask_map, False
-    m = prob.mask.astype(np.float64)
+        return np.zeros((1, 0, 0), dtype=np.int64), prob.mask_map[e0:e1] * 0, False
+    used, mmap = np.unique(prob.mask_map[e0:e1], return_inverse=True)
+    m = prob.mask[used].astype(np.float64)
     masked = np.isneginf(m)
     with np.errstate(invalid="ignore", over="ignore"):
         units = np.rint(np.where(masked, 0.0, m) * LOG2E / s)
     units = np.clip(units, MASK_BIAS, -MASK_BIAS)
     planes = np.where(masked, MASK_BIAS, units).astype(np.int64)
-    return planes, prob.mask_map, True
+    return planes, mmap.astype(np.int64), True
 
 
 def no_key_rows(prob: Problem) -> np.ndarray | None:
@@ -768,38 +774,61 @@ def no_key_rows(prob: Problem) -> np.ndarray | None:
 
 
 def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
-            m_init: int = M_INIT_DEFAULT, division: bool = False, on_hazard: str = "count"):
+            m_init: int = M_INIT_DEFAULT, division: bool = False, on_hazard: str = "count",
+            scale_scope: str = "visible"):
     check_choice(on_hazard, "on_hazard", HAZARD_POLICIES)
+    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
     bk = check_block(block_k, "block_k", prob.Lk)
     m_init = _int32_scalar(m_init, "m_init")
     division = check_bool(division, "division")
     if prob.d > D_MAX:
         raise ValueError(f"d = {prob.d} > {D_MAX}: int8 dot products could wrap int32")
-    qkv8, scales = [], []
     for name, x in (("q", prob.q), ("k", prob.k), ("v", prob.v)):
         float_input(x, name, finite=True, why=FINITE_WHY)
-        codes, sx, _ = int8_rows(x.reshape((1, -1)), scale_dtype="float64", narrow=False,
-                                 what=name)
-        qkv8.append(codes.reshape(x.shape))
-        scales.append(float(sx[0]))
-    c = QFlashConstants.from_scales(*scales, prob.scale)
-    if on_hazard == "raise" and c.exp_M_zero:
-        raise QFlashHazardError(
-            f"exp_M = round(-s * 2**16) = 0 for score unit s = {c.s:.3g} < 2**-17: ShiftExp2 "
-            "does no range reduction (inputs too small for per-tensor int8 QFlash)")
-    q8, k8, v8 = qkv8
-    planes, bmap, has_bias = _mask_bias(prob, c.s)
-    o8, cnt = _run_core(q8, k8, v8, c.R, c.exp_M, c.req_M, c.l_M, c.acc_M, bk, planes,
-                        bmap, has_bias, prob.causal, m_init, division)
-    st = _stats_from_counts(cnt, c.exp_M_zero, c.to_dict())
+    # the per-tensor scales: of each sequence over its rows and keys that take part
+    # ("visible"), or of the whole tensor ("tensor", the authors'); one constant set each
+    B = prob.B
+    if scope == "visible":
+        rows, keys = prob.taking_part()
+        group = prob.sequences()
+        amax = [scoped_amax(x, seen, group) for x, seen in
+                ((prob.q, rows), (prob.k, keys), (prob.v, keys))]
+    else:
+        group = np.zeros(B, dtype=np.int64)
+        amax = [np.full(B, float(np.max(np.abs(x), initial=0.0)), dtype=np.float64)
+                for x in (prob.q, prob.k, prob.v)]
+    s_ent = [np.where(a > 0, a / 127.0, 1.0) for a in amax]  # QFlash's float64 scales
+    bounds = np.flatnonzero(np.diff(group)) + 1
+    out = np.empty((B, prob.Lq, prob.dv), dtype=np.float32)
+    cnt = np.zeros((B, _NCOUNT), dtype=np.int64)
+    consts, zero = [], False
+    for e0, e1 in zip(np.r_[0, bounds].tolist(), np.r_[bounds, B].tolist(), strict=True):
+        sq, sk, sv = (float(s[e0]) for s in s_ent)
+        c = QFlashConstants.from_scales(sq, sk, sv, prob.scale)
+        if on_hazard == "raise" and c.exp_M_zero:
+            raise QFlashHazardError(
+                f"exp_M = round(-s * 2**16) = 0 for score unit s = {c.s:.3g} < 2**-17: "
+                "ShiftExp2 does no range reduction (inputs too small for per-tensor int8 "
+                "QFlash)")
+        q8, k8, v8 = (quantize_int8(x[e0:e1], s_) for x, s_ in
+                      ((prob.q, sq), (prob.k, sk), (prob.v, sv)))
+        planes, bmap, has_bias = _mask_bias(prob, c.s, e0, e1)
+        o8, cg = _run_core(q8, k8, v8, c.R, c.exp_M, c.req_M, c.l_M, c.acc_M, bk, planes,
+                           bmap, has_bias, prob.causal, m_init, division)
+        out[e0:e1] = (o8.astype(np.float64) * c.s_v).astype(np.float32)
+        cnt[e0:e1] = cg
+        consts.append(c.to_dict())
+        zero = zero or c.exp_M_zero
+    st = _stats_from_counts(cnt, zero, None)
+    st.constants = consts
     if on_hazard == "raise":
         bad = {k: n for k, n in st.hazards.items() if n}
         if bad:
             raise QFlashHazardError(
                 "QFlash integer hazards (attention.md 4): "
                 + ", ".join(f"{k}={n}" for k, n in bad.items())
-                + f"; constants R={c.R}, exp_M={c.exp_M}, req_M={c.req_M}")
-    out = (o8.astype(np.float64) * c.s_v).astype(np.float32)
+                + "; constants " + "; ".join(f"R={d['R']}, exp_M={d['exp_M']}, "
+                                              f"req_M={d['req_M']}" for d in consts))
     return out, (st if return_stats else None)
 
 
@@ -807,8 +836,9 @@ register(Scheme(
     "qflash",
     "QFlash integer-only flash attention (per-tensor int8, ShiftExp2, ScaleRelease)",
     _qflash,
-    options=("block_k", "m_init", "division", "on_hazard"), stats=QFlashStats, order=40,
-    mask_floor=MASK_FLOOR,
+    options=("block_k", "m_init", "division", "on_hazard", "scale_scope"), stats=QFlashStats,
+    order=40,
+    mask_floor=MASK_FLOOR, noise=lambda o: "int8_tensor",
 ))
 
 __all__ = ["QFlashConstants", "QFlashStats", "QFlashHazardError", "host_constants",
