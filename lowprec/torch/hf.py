@@ -94,7 +94,7 @@ def register() -> str:
 
 
 def _emulating() -> bool:
-    from .emulate import _active_stack
+    from .context import _active_stack
 
     return bool(_active_stack())
 

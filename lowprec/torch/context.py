@@ -2,11 +2,9 @@
 
 design.md "PyTorch integration"; specs/attention.md sections 0 and 8::
 
-    from lowprec.torch import emulate
+    from lowprec.torch import emulate          # or lowprec.emulate
     with torch.no_grad(), emulate("baps", config="e2e_hif8", tau=1, model=model) as run:
         out = model(x)
-from .report import CallRecord, EmulationStats, ModuleStats
-from .sdpa import bind_sdpa, combine, empty_rows, materialize_mask, powers, repeat_kv
     print(run.stats.summary())          # per module: calls, ARR/PRR, SQNR, saturation...
     run.stats.to_dict()                 # {module: {stat: value}}, JSON-ready
     run.stats.restart_rate              # ARR over every call
@@ -76,7 +74,6 @@ SHORTHANDS = {  # design.md "PyTorch integration": scheme shorthands -> (scheme,
 UNKNOWN_MODULE = "<unknown>"  # calls made outside every watched module
 ROOT_MODULE = "<root>"  # the name of a watched model itself (torch's qualified name "")
 EMPTY_ROWS = ("zero", "nan")
-# options whose validity depends on the problem's shape: no test call at entry with them
 _TLS = threading.local()  # .stack: active Emulation objects of this thread, innermost last
 
 
@@ -86,13 +83,6 @@ def _active_stack() -> list:
         st = _TLS.stack = []
     return st
 
-
-# --------------------------------------------------------------------------------------------
-# statistics (no torch dependency)
-
-
-# --------------------------------------------------------------------------------------------
-# the context
 
 # --------------------------------------------------------------------------------------------
 # the context
