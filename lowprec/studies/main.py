@@ -382,6 +382,10 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
     Returns:
         The report dict (what ``report.json`` holds, with a ``"files"`` list).
 
+    Before any work the output folder is checked (created, and a file written in it) and the
+    selected schemes' Numba kernels are compiled or loaded from the disk cache
+    (:func:`lowprec.compile.compile_kernels`, with a progress bar; seconds when cached).
+
     Raises:
         ValueError: unknown model or scheme name; ``out`` not a writable folder.
         ModelNotInstalledError: a named real model is not installed.
@@ -392,9 +396,14 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         >>> sorted(rep["synthetic"]["rows"]["flash"])
         ['decoder', 'encoder', 'uniform']
     """
+    from ..cli import check_output_dir
+    from ..compile import compile_kernels
+
     t_start = time.perf_counter()
     runs = scheme_runs(schemes)
     models = resolve_models(model, quick=quick)
+    if out is not None:
+        check_output_dir(out, "out")
     say = echo or (lambda *a, **k: None)
     say(f"lowprec study: {len(runs)} scheme runs, workloads decoder/encoder/uniform"
         f"{', models ' + ', '.join(models) if models else ' (synthetic only)'}"
@@ -407,6 +416,12 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         "runs": {k: {"scheme": s, "options": o} for k, (s, o) in runs.items()},
     }
     timings = {}
+    t0 = time.perf_counter()
+    compiled = compile_kernels(list(runs), [], progress=progress)
+    timings["compile"] = time.perf_counter() - t0
+    if compiled["compiled"]:
+        say(f"compiled {compiled['compiled']} Numba kernels in {timings['compile']:.0f} s "
+            "(cached for later runs)")
     t0 = time.perf_counter()
     report["synthetic"] = compare_schemes(synthetic_workloads(quick, seed=seed), runs,
                                           progress=progress)
