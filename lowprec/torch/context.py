@@ -221,7 +221,7 @@ class Emulation:
         self._warned_hazard = False
         self._modules_run = 0               # module calls seen by this context's hooks
         self._softmax_calls = 0             # softmax calls seen by the mode (item 18)
-        self._attention_seen = 0            # attention calls emulated while active (any context)
+        self._attention_seen = 0            # attention calls intercepted while active (any ctx)
         self._escaped: dict[str, int] = {}  # fused torch attention functions met, not emulated
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -483,6 +483,8 @@ class Emulation:
 
         from ..kernels import attention
 
+        for ctx in _active_stack():  # intercepted (even if it raises below): no exit warning
+            ctx._attention_seen += 1
         q, k, v, mask, dropout_p, is_causal, scale, gqa = bind_sdpa(args, kwargs)
         for name, t in (("query", q), ("key", k), ("value", v)):
             if not isinstance(t, torch.Tensor):
@@ -544,8 +546,6 @@ class Emulation:
 
     def _record(self, rec: CallRecord, signal: float, noise: float) -> None:
         self.stats.record(rec, signal, noise)
-        for ctx in _active_stack():  # the enclosing contexts saw attention too (item 18)
-            ctx._attention_seen += 1
         if self._warned_hazard or rec.stats is None:
             return
         hit = {k: n for k, n in rec.stats.hazards.items() if n}
