@@ -134,7 +134,8 @@ def test_hand_attention_untouched():
     x = _x()
     with torch.no_grad():
         y0 = m(x, causal=True)
-        with emulate("intattention", model=m) as run:
+        with pytest.warns(UserWarning, match="no attention call was emulated"), \
+                emulate("intattention", model=m) as run:
             y1 = m(x, causal=True)
     assert torch.equal(y0, y1)
     assert run.stats.calls == [] and run.stats.modules == {}
@@ -369,11 +370,12 @@ def test_reentry_and_watch(model):
     with torch.no_grad(), ctx as run:
         with pytest.raises(RuntimeError, match="already active"):
             ctx.__enter__()
+        model(_x())                       # no model=: named by the global hooks (item 9)
+        assert list(run.stats.modules) == ["blocks.0.attn", "blocks.1.attn"]
+        run.watch(model, prefix="net")    # explicit names win from now on
         model(_x())
-        assert list(run.stats.modules) == ["<unknown>"]
-        run.watch(model, prefix="net")
-        model(_x())
-    assert set(run.stats.modules) == {"<unknown>", "net.blocks.0.attn", "net.blocks.1.attn"}
+    assert list(run.stats.modules) == ["blocks.0.attn", "blocks.1.attn", "net.blocks.0.attn",
+                                       "net.blocks.1.attn"]
     assert _no_hooks(model)
 
 
