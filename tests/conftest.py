@@ -4,17 +4,30 @@
 `pytest -m exhaustive` or `pytest -m slow`.  `gpu` tests skip when no CUDA device is present.
 """
 
+import os
+
 import pytest
 
 
-def pytest_collection_modifyitems(config, items):
+def _has_cuda() -> bool:
     try:
         import torch
 
-        has_gpu = torch.cuda.is_available()
+        return torch.cuda.is_available()
     except Exception:  # torch missing or broken: no GPU
-        has_gpu = False
-    if has_gpu:
+        return False
+
+
+HAS_CUDA = _has_cuda()
+if not HAS_CUDA:
+    # Triton kernels run in Triton's interpreter on a CPU-only machine.  Set before any test
+    # module imports lowprec (a module importing every lowprec submodule would otherwise build
+    # the GPU kernels as compiled functions, which the interpreter cannot call).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:

@@ -241,13 +241,21 @@ def test_padded_batch_additive_mask(model):
         with emulate("hif8", model=model):
             c = model(x, pad)
             d = model(x2, pad)
-        with emulate("intattention", model=model):
-            e = model(x, pad)               # per-tensor int8 scales see the padding values,
-    for i, n in enumerate(lengths):         # so only data-independent schemes are invariant
+        with emulate("intattention", model=model) as run:
+            e = model(x, pad)               # int8 scales from the rows and keys taking part
+            f = model(x2, pad)              # (scale_scope="visible"): padding content ignored
+        with pytest.warns(UserWarning, match="noisy_rows"), \
+                emulate("intattention", model=model, scale_scope="tensor"):
+            g = model(x, pad)               # the papers' whole-tensor scales see the padding
+            h = model(x2, pad)
+    for i, n in enumerate(lengths):
         torch.testing.assert_close(a[i, :n], want[i, :n], atol=1e-5, rtol=1e-5)
         assert torch.equal(a[i, :n], b[i, :n])
         assert torch.equal(c[i, :n], d[i, :n])           # padding really masked under HiF8
+        assert torch.equal(e[i, :n], f[i, :n])
         assert F.cosine_similarity(e[i, :n].flatten(), want[i, :n].flatten(), 0) > 0.99
+    assert not torch.equal(g[0], h[0])  # even the unpadded sequence's scales see the garbage
+    assert not any(m.scheme_stats.noisy_rows for m in run.stats.modules.values() if m.calls)
     assert torch.isfinite(c).all() and torch.isfinite(e).all()
 
 

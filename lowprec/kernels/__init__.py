@@ -197,20 +197,28 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
         stats.nonfinite_rows = int(np.count_nonzero(bad))
         stats.mask_floored = floored
         if s.noise is not None:
-            stats.noisy_rows = _noisy_rows(prob, s.noise(options), none)
+            stats.noisy_rows = _noisy_rows(prob, s.noise(options), none,
+                                           options.get("scale_scope") == "tensor")
     res = finish(out, prob, as_torch)
     return (res, stats) if return_stats else res
 
 
-def _noisy_rows(prob, model, none) -> int:
-    """Rows that see a key and whose estimated logit noise exceeds NOISE_NATS."""
+def _noisy_rows(prob, model, none, whole_tensor: bool) -> int:
+    """Rows taking part (padding rows are not counted) whose estimated logit noise exceeds
+    NOISE_NATS; the estimate ignores padding content unless the scheme's scales see the whole
+    tensor (``scale_scope="tensor"``)."""
     from .problem import NOISE_NATS, logit_noise
 
-    est = logit_noise(prob, model)
+    if model is None:
+        return 0
+    parts = prob.taking_part() if prob.mask is not None or prob.causal else None
+    est = logit_noise(prob, model, None if whole_tensor else parts)
     if est is None:
         return 0
     noisy = ~(est <= NOISE_NATS)  # NaN (overflowing inputs) counts as noisy
-    if none is not None:
+    if parts is not None:
+        noisy &= parts[0]
+    elif none is not None:
         noisy &= ~none
     return int(np.count_nonzero(noisy))
 

@@ -295,7 +295,7 @@ NOISE_MODELS = ("bfloat16", "int8_tensor", "int8_entry", "int8_token")
 _BF16_STEP2 = 2.0 ** -16 / 12.0  # variance of bf16 rounding per |x|**2: ulp 2**-7, uniform
 
 
-def logit_noise(prob: Problem, model: str | None) -> np.ndarray | None:
+def logit_noise(prob: Problem, model: str | None, parts=None) -> np.ndarray | None:
     """Estimated RMS noise (nats) of each row's logits ``q_i . k_j * scale`` caused by rounding
     q and k to a scheme's input format, float64 ``(B, Lq)``; None for ``model=None``.
 
@@ -308,6 +308,10 @@ def logit_noise(prob: Problem, model: str | None) -> np.ndarray | None:
     * ``"int8_token"``: q's step per query row, k's per key (INT-FlashAttention);
     * ``"bfloat16"``: a relative step of ``2**-7`` (``var = x**2 * 2**-14 / 12``).
 
+    ``parts``, the ``(rows, keys)`` of :meth:`Problem.taking_part`, leaves the rows and keys
+    that do not take part out of the maxima and means (padding content is not noise of the real
+    rows; the int8 scales of ``scale_scope="visible"`` ignore it too).
+
     Exactly representable inputs still get the estimate (it is a bound on the grid, not a
     measurement).  A row whose estimate exceeds :data:`NOISE_NATS` is where the input format is
     too coarse for the softmax's sharpness: the schemes' documented error bounds do not cover
@@ -317,7 +321,13 @@ def logit_noise(prob: Problem, model: str | None) -> np.ndarray | None:
         return None
     q = prob.q.astype(np.float64)
     k = prob.k.astype(np.float64)
-    k2 = np.mean(k * k, axis=1)  # (B, d): E_j[k_jd^2]
+    if parts is not None:
+        q = np.where(parts[0][:, :, None], q, 0.0)
+        k = np.where(parts[1][:, :, None], k, 0.0)
+        nk = np.maximum(np.count_nonzero(parts[1], axis=1), 1)[:, None]
+        k2 = np.sum(k * k, axis=1) / nk  # (B, d): E_j[k_jd^2] over the keys taking part
+    else:
+        k2 = np.mean(k * k, axis=1)  # (B, d): E_j[k_jd^2]
     if model == "bfloat16":
         var = _BF16_STEP2 * 2.0 * np.einsum("bid,bd->bi", q * q, k2)
     elif model in ("int8_tensor", "int8_entry"):
