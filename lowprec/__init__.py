@@ -10,7 +10,9 @@ Quick tour::
     out = lp.attention(q, k, v, scheme="baps", config="e2e_hif8", causal=True)
     lp.schemes()                     # {name: description}
 
-Nothing heavy is imported until first use (Numba kernels compile lazily and cache to disk).
+Nothing heavy is imported until first use (Numba kernels compile lazily and cache to disk;
+the first compilation in a process logs one INFO line on the ``"lowprec"`` logger, and
+``lowprec compile`` / :func:`lowprec.compile.compile_kernels` compiles everything ahead of time).
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ _LAZY = {
     "decode": "lowprec.formats.api",
     "quantize": "lowprec.formats.api",
     "attention": "lowprec.kernels",
+    "compile_kernels": "lowprec.compile",
     "emulate": "lowprec.torch",
     "schemes": "lowprec.kernels",
     "softmax": "lowprec.kernels",
 }
-_SUBMODULES = ("formats", "kernels", "stats", "studies")
+_SUBMODULES = ("formats", "kernels", "stats", "studies", "compile")
+_NUMBA = ("lowprec.formats", "lowprec.kernels")  # names whose first use may compile kernels
 
 __all__ = sorted(_LAZY) + ["__version__"]
 
@@ -49,6 +53,10 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'lowprec' has no attribute {name!r}")
 
     value = getattr(importlib.import_module(mod), name)
+    if mod.startswith(_NUMBA):
+        from .compile import watch_compilation
+
+        watch_compilation()
     globals()[name] = value
     return value
 

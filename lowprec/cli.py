@@ -7,9 +7,12 @@
                            and a JSON report in ``--out`` (:mod:`lowprec.studies.main`)
 ``lowprec bench``          speed ratios of the codecs and attention schemes against their peers
                            (:mod:`lowprec.studies.bench`)
+``lowprec compile``        compile every Numba kernel ahead of time, so no first use stalls
+                           (:mod:`lowprec.compile`)
 
 Every sub-command has ``--help``.  Errors in the arguments print one line to stderr and exit
-with status 2.
+with status 2.  INFO lines of the ``"lowprec"`` logger (such as the one-time notice that Numba
+kernels are being compiled) are shown on stderr.
 """
 
 from __future__ import annotations
@@ -103,23 +106,24 @@ def _fail(cmd: str, e: BaseException) -> int:
     return 2
 
 
-def check_output_dir(path: str) -> None:
+def check_output_dir(path, what: str = "--out") -> None:
     """Create the output folder ``path`` (with its parents) and check that a file can be
-    written in it; ValueError naming the problem otherwise.  Called before any work, so a bad
-    ``--out`` fails at once, not after minutes of computing.  (A real write is the only
-    reliable test: permission bits say nothing about ``/proc`` or a read-only mount, or when
-    running as root.)"""
+    written in it; ValueError naming the problem (and the option ``what``) otherwise.  Called
+    before any work, so a bad ``--out`` (or ``run_study(out=...)``) fails at once, not after
+    minutes of computing.  (A real write is the only reliable test: permission bits say nothing
+    about ``/proc`` or a read-only mount, or when running as root.)"""
     import os
     import tempfile
 
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"--out {path!r} exists and is not a folder")
+        raise ValueError(f"{what} {str(path)!r} exists and is not a folder")
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as e:
-        raise ValueError(f"--out {path!r} is not a writable folder ({e.strerror})") from None
+        raise ValueError(f"{what} {str(path)!r} is not a writable folder ({e.strerror})") \
+            from None
 
 
 def check_output_file(path: str, what: str) -> None:
@@ -217,6 +221,32 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _cmd_compile(args) -> int:
+    from .compile import cache_location, compile_kernels, compile_tasks
+
+    schemes = None if args.schemes is None else args.schemes
+    formats = None if args.formats is None else [f for f in args.formats.split(",") if f.strip()]
+    try:
+        _check_schemes_arg(args.schemes)
+        if args.formats is not None and not formats:
+            raise ValueError(f"--formats {args.formats!r} names no format")
+        compile_tasks(schemes, formats)  # unknown names: one line, before any work
+    except ValueError as e:
+        return _fail("compile", e)
+    print("lowprec compile: compiling Numba kernels (minutes on a fresh installation; "
+          "seconds when they are cached)", flush=True)
+    res = compile_kernels(schemes, formats, progress=not args.no_progress)
+    failed = {k: v["error"] for k, v in res["items"].items() if "error" in v}
+    for label, v in res["items"].items():
+        if args.verbose and "error" not in v:
+            print(f"  {label:<28} {v['seconds']:7.2f} s  {v['compiled']:3d} compiled")
+    for label, err in failed.items():
+        print(f"  {label}: {err}", file=sys.stderr)
+    print(f"compiled {res['compiled']} kernels for {len(res['items'])} schemes and formats in "
+          f"{res['seconds']:.0f} s (0: all were cached); Numba cache: {cache_location()}")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``lowprec`` command."""
     from . import __version__
@@ -279,6 +309,24 @@ def build_parser() -> argparse.ArgumentParser:
     pb.add_argument("--json", metavar="PATH", help="also write the results to this file")
     pb.add_argument("--no-progress", action="store_true", help="no progress bars")
     pb.set_defaults(func=_cmd_bench)
+
+    pc = sub.add_parser(
+        "compile", help="compile every Numba kernel ahead of time (no stall on first use)",
+        description="Run every attention scheme (each variant), softmax surrogate and format "
+                    "once on small inputs, so that Numba compiles their kernels now and caches "
+                    "them on disk; later processes load them in milliseconds instead of "
+                    "compiling for 2-12 s per scheme on first use. Run it once after installing "
+                    "or updating lowprec; `lowprec study` does it first by itself.",
+        epilog="Example: lowprec compile --schemes flash,baps/e2e_hif8 --formats hif8")
+    pc.add_argument("--schemes", metavar="LIST",
+                    help="attention scheme names or runs (as `lowprec study --schemes`) and "
+                         "softmax surrogates; default: all")
+    pc.add_argument("--formats", metavar="LIST",
+                    help="comma-separated format names; default: all (`lowprec formats`)")
+    pc.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pc.add_argument("-v", "--verbose", action="store_true",
+                    help="one line per scheme and format: seconds and kernels compiled")
+    pc.set_defaults(func=_cmd_compile)
     return p
 
 
@@ -300,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    handler = _show_notices()
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -308,6 +357,29 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    finally:
+        if handler is not None:
+            import logging
+
+            logging.getLogger("lowprec").removeHandler(handler)
+
+
+def _show_notices():
+    """Show the ``"lowprec"`` logger's INFO lines (the one-time compilation notice) on stderr
+    while the command runs, unless the application configured that logger itself; returns the
+    handler added (None if none)."""
+    import logging
+
+    log = logging.getLogger("lowprec")
+    if log.handlers:
+        return None
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("lowprec: %(message)s"))
+    h.setLevel(logging.INFO)
+    log.addHandler(h)
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+    return h
 
 
 if __name__ == "__main__":  # pragma: no cover

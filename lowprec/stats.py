@@ -27,6 +27,27 @@ class Stats:
 
     _totals: tuple = ()
     _derived: tuple = ()
+    #: attribute names (int fields or ``total_*`` properties) whose non-zero value says that
+    #: some output may be wrong or degraded beyond the scheme's documented behaviour (an
+    #: overflow, a wrap, a saturation, a row that lost all its weight); :meth:`hazards` reads
+    #: them, ``lp.emulate`` shows them in its summary and warns once per context
+    _hazards: tuple = ()
+    #: further counters worth a column in ``lp.emulate``'s summary (informative, not hazards)
+    _key: tuple = ()
+    #: rows that see a key but whose output is not finite (NaN or +-Inf): set by
+    #: :func:`lowprec.attention` for every scheme (a float32 score overflow, Inf inputs, ...);
+    #: a hazard of every statistics class
+    nonfinite_rows: int = 0
+    #: finite additive mask entries (per mask plane) at or below the scheme's ``mask_floor``
+    #: that were treated as -inf (``torch.finfo(dtype).min`` padding); set by
+    #: :func:`lowprec.attention` for the integer schemes, informative
+    mask_floored: int = 0
+    #: rows that see a key and whose logits carry an estimated input-rounding noise above
+    #: 0.5 nat RMS (:func:`lowprec.kernels.problem.logit_noise`: the rounding of q and k to
+    #: the scheme's input format, int8 or bfloat16, against the softmax's sharpness); the
+    #: documented error bounds hold for rows below it.  Set by :func:`lowprec.attention`; a
+    #: hazard of every statistics class
+    noisy_rows: int = 0
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -50,8 +71,29 @@ class Stats:
 
     def merge(self, other: Stats) -> Stats:
         """Field-wise sum: numbers add, per-call lists concatenate, None is empty."""
-        return type(self)(**{f.name: _add(getattr(self, f.name), getattr(other, f.name))
-                             for f in fields(self)})
+        res = type(self)(**{f.name: _add(getattr(self, f.name), getattr(other, f.name))
+                            for f in fields(self)})
+        for name in _FRONT_END:
+            n = getattr(self, name) + getattr(other, name)
+            if n:
+                setattr(res, name, n)
+        return res
+
+    @property
+    def hazards(self) -> dict:
+        """``{counter: count}`` of the hazard counters (``nonfinite_rows``, ``noisy_rows``, the
+        class's
+        ``_hazards``; a ``total_`` prefix dropped) over everything recorded; all zero when
+        nothing went wrong."""
+        names = ("nonfinite_rows", "noisy_rows") + tuple(self._hazards)
+        return {n.removeprefix("total_"): int(getattr(self, n)) for n in names}
+
+    def key_counts(self) -> dict:
+        """``{counter: value}`` of the counters ``lp.emulate``'s summary shows: the class's
+        ``_key`` counters, then the hazards."""
+        d = {n: to_jsonable(getattr(self, n), strict=False) for n in self._key}
+        d.update(self.hazards)
+        return d
 
     def __add__(self, other):
         if isinstance(other, int) and other == 0:
@@ -67,7 +109,21 @@ class Stats:
         out = {f.name: to_jsonable(getattr(self, f.name), strict=False) for f in fields(self)}
         for name in tuple(f"total_{n}" for n in self._totals) + tuple(self._derived):
             out[name] = to_jsonable(getattr(self, name), strict=False)
+        for name in _FRONT_END:
+            out[name] = int(getattr(self, name))
+        if "hazards" not in out:
+            out["hazards"] = self.hazards
         return out
+
+
+# counters lp.attention sets on every class
+_FRONT_END = ("nonfinite_rows", "mask_floored", "noisy_rows")
+
+
+def _has_test(flags: np.ndarray) -> bool:
+    """A call of a restart-capable flow marks its critical tiles (-1) or restarts (1); a flow
+    without a restart test never writes either."""
+    return bool(((flags == -1) | (flags == 1)).any())
 
 
 def _add(a, b):
@@ -158,6 +214,9 @@ class BapsStats(Stats):
         flags: per call, int8 array ``(B, n_qtiles, n_ktiles)``: 1 restarted, 0 not,
             -1 critical tile, -2 skipped (fully masked).
         calls: number of calls merged.
+        restartable: how many of those calls ran a flow with a restart test (BAPS
+            ``e2e_hif8``); ``flash`` and the other BAPS configurations have none, and then
+            ``tiles`` counts the tiles visited and the restart rates are None.
     """
 
     tiles: list = field(default_factory=list)
@@ -165,31 +224,45 @@ class BapsStats(Stats):
     row_restarts: list = field(default_factory=list)
     flags: list = field(default_factory=list)
     calls: int = 0
+    restartable: int = 0
 
     _totals = ("tiles", "restarts")  # non-critical / restarted tiles over everything recorded
     _derived = ("restart_rate", "peak_restart_rate")
+    _key = ("total_tiles", "total_restarts")
+
+    def _restart_tiles(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-(call, entry) non-critical and restarted tiles of the calls with a restart
+        test."""
+        keep = [i for i, f in enumerate(self.flags)
+                if self.restartable == self.calls or _has_test(f)]
+        if not keep or not self.restartable:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return (np.concatenate([self.tiles[i] for i in keep]),
+                np.concatenate([self.restarts[i] for i in keep]))
 
     @property
-    def restart_rate(self) -> float:
-        """Average Restart Rate (ARR): restarted / non-critical tiles (0.0 when none)."""
-        t = self.total_tiles
-        return self.total_restarts / t if t else 0.0
+    def restart_rate(self) -> float | None:
+        """Average Restart Rate (ARR): restarted / non-critical tiles over the calls with a
+        restart test; None when there is none (no restart mechanism: ``flash`` and the BAPS
+        configurations other than ``e2e_hif8``; or no non-critical tile was visited, e.g. a
+        sequence of one key tile)."""
+        t, r = self._restart_tiles()
+        total = int(t.sum())
+        return int(r.sum()) / total if total else None
 
     def rates(self) -> np.ndarray:
-        """Per-(call, batch, head) restart rates, concatenated over calls (entries without
-        non-critical tiles are left out)."""
-        if not self.tiles:
-            return np.zeros(0)
-        t = np.concatenate(self.tiles)
-        r = np.concatenate(self.restarts)
+        """Per-(call, batch, head) restart rates of the calls with a restart test,
+        concatenated over calls (entries without non-critical tiles are left out)."""
+        t, r = self._restart_tiles()
         keep = t > 0
         return r[keep] / t[keep]
 
     @property
-    def peak_restart_rate(self) -> float:
-        """Peak Restart Rate (PRR): the largest per-(call, batch, head) rate (0.0 when none)."""
+    def peak_restart_rate(self) -> float | None:
+        """Peak Restart Rate (PRR): the largest per-(call, batch, head) rate (None where
+        :attr:`restart_rate` is None)."""
         r = self.rates()
-        return float(r.max()) if r.size else 0.0
+        return float(r.max()) if r.size else None
 
     def to_dict(self, flags: bool = False) -> dict:
         """JSON-ready summary; per-entry arrays as lists, tile flags only if ``flags``."""
@@ -235,6 +308,13 @@ class IntAttentionStats(Stats):
             entry (leading dims flattened; the core flattens all leading dims into one entry).
         exaq_clip: per ``exaq`` call, ``[sigma, C, lo]``: the population std of the max-centred
             scores, EXAQ's ``C = a sigma + b`` and the lower clip ``max(C, min)``.
+        unnormalized_rows: ``intattention`` / ``quant_only``: rows that see a key whose
+            integer probabilities sum more than 10 % away from full scale (255 or 127): 8-bit P
+            on long flat rows (P = 0 everywhere beyond ~510 / ~254 keys), a hazard.
+        exaq_merged: ``exaq``: keys more than 1 nat below their row's max that the quantiser
+            put on the max's level (so they get the max's weight where softmax gives them less
+            than 1/e of it): EXAQ's sigma-proportional levels are coarser than the row's
+            softmax, as for large score amplitudes; a hazard (issue 12).
     """
 
     calls: int = 0
@@ -254,8 +334,13 @@ class IntAttentionStats(Stats):
     head_clipped: list = field(default_factory=list)
     head_wraps: list = field(default_factory=list)
     exaq_clip: list = field(default_factory=list)
+    exaq_merged: int = 0
+    unnormalized_rows: int = 0
 
     _derived = ("clip_rate", "zero_rate", "saturation_rate", "wrap_rate")
+    _key = ("clip_rate", "zero_rate", "mask_saturated")
+    _hazards = ("saturated", "uint16_wraps", "reciprocal_overflows", "diff_overflows",
+                "exaq_merged", "unnormalized_rows")
 
     @property
     def clip_rate(self) -> float:

@@ -5,8 +5,9 @@
 
 Triton interpreter (issue 14): on a machine without a CUDA GPU this file sets
 ``TRITON_INTERPRET=1`` before any test module is imported.  ``triton.jit`` reads that variable
-when a kernel is *decorated*, i.e. when ``lowprec.gpu``'s Triton modules are first imported,
-which happens only inside tests (``import lowprec`` never imports them); from then on the GPU
+when a kernel is *decorated*, i.e. when ``lowprec.gpu``'s Triton modules are first imported
+(``import lowprec`` alone never imports them, but a test module that imports every lowprec
+submodule does, possibly at collection time); from then on the GPU
 kernels run in Triton's interpreter on CPU tensors (``tests/test_gpu_interpreter.py``,
 ``tests/test_gpu_engine.py``).  With a
 GPU present the variable is left alone, so the ``gpu`` tests run the compiled kernels and the
@@ -19,9 +20,7 @@ import os
 import pytest
 
 
-def _has_gpu() -> bool:
-    if not os.path.exists("/dev/nvidiactl"):  # no NVIDIA driver: no need to import torch
-        return False
+def _has_cuda() -> bool:
     try:
         import torch
 
@@ -30,13 +29,16 @@ def _has_gpu() -> bool:
         return False
 
 
-HAS_GPU = _has_gpu()
-if not HAS_GPU:
+HAS_CUDA = _has_cuda()
+if not HAS_CUDA:
+    # Triton kernels run in Triton's interpreter on a CPU-only machine.  Set before any test
+    # module imports lowprec (a module importing every lowprec submodule would otherwise build
+    # the GPU kernels as compiled functions, which the interpreter cannot call).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):
-    if HAS_GPU:
+    if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:

@@ -375,9 +375,14 @@ def test_stats_from_flags_merge_and_json():
 def test_stats_without_non_critical_tiles():
     q, k, v = rand_qkv(2, 5, 7, 4, 2, seed=14)
     _, s = lp.attention(q, k, v, "baps", config="e2e_hif8", return_stats=True)  # one tile
-    assert s.total_tiles == 0 and s.restart_rate == 0.0 and s.peak_restart_rate == 0.0
+    # no non-critical tile, no restart rate (issue 12 item 19: None, not 0.0)
+    assert s.total_tiles == 0 and s.restart_rate is None and s.peak_restart_rate is None
     assert s.rates().size == 0
-    assert BapsStats().restart_rate == 0.0 and BapsStats().peak_restart_rate == 0.0
+    assert BapsStats().restart_rate is None and BapsStats().peak_restart_rate is None
+    for config in ("default", "exp2_hif8", "naive_e2e"):  # no restart mechanism at all
+        q, k, v = rand_qkv(1, 300, 300, 8, 1, seed=15)
+        _, s = lp.attention(q, k, v, "baps", config=config, return_stats=True)
+        assert s.total_tiles > 0 and s.restart_rate is None and s.peak_restart_rate is None
 
 
 # ------------------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ from naive.baselines import ibert_ref, ivit_ref
 import lowprec as lp
 from lowprec.kernels.baselines import BaselineStats, ibert_softmax, ivit_shiftmax
 
+#: the papers' whole-tensor int8 scales, which the naive twins compute (scale_scope=
+#: "visible", the default, is checked by the alone-vs-padded tests of test_robustness.py)
+TENSOR = {"scale_scope": "tensor"}
+
 FUNCS = {"ivit": (ivit_shiftmax, ivit_ref), "ibert": (ibert_softmax, ibert_ref)}
 UNIT = {"ivit": lambda b: 2.0 ** -(b - 1), "ibert": lambda b: 2.0**-b}
 
@@ -222,7 +226,7 @@ def test_attention_bit_exact(which, opts):
     q = (rng.normal(size=(2, 2, 7, 8)) * 2).astype(np.float32)
     k = (rng.normal(size=(2, 2, 10, 8)) * 2).astype(np.float32)
     v = rng.normal(size=(2, 2, 10, 4)).astype(np.float32)
-    out, st = lp.attention(q, k, v, which, return_stats=True, **opts)
+    out, st = lp.attention(q, k, v, which, return_stats=True, **opts, **TENSOR)
     causal = opts.pop("causal", False)
     same(out, pipeline_ref(q, k, v, which, causal=causal, **opts))
     assert isinstance(st, BaselineStats) and st.rows == 2 * 2 * 7
@@ -234,7 +238,7 @@ def test_attention_mask_bit_exact(which):
     q, k, v = (rng.normal(size=(3, 6, 8)).astype(np.float32) for _ in range(3))
     mask = rng.random((3, 6, 6)) < 0.7
     mask[1, 2] = False
-    out = lp.attention(q, k, v, which, attn_mask=mask)
+    out = lp.attention(q, k, v, which, attn_mask=mask, **TENSOR)
     same(out, pipeline_ref(q, k, v, which, mask=mask))
     assert np.isnan(out[1, 2]).all()
 
@@ -312,11 +316,11 @@ def test_attention_edge_shapes(which):
         q = rng.normal(size=(2, Lq, 4)).astype(np.float32)
         k = rng.normal(size=(2, Lk, 4)).astype(np.float32)
         v = rng.normal(size=(2, Lk, 3)).astype(np.float32)
-        out = lp.attention(q, k, v, which)
+        out = lp.attention(q, k, v, which, **TENSOR)
         assert out.shape == (2, Lq, 3)
         if Lk == 0 and Lq:
             assert np.isnan(out).all()
         if Lk and Lq:
             same(out, pipeline_ref(q, k, v, which))
     with pytest.raises(ValueError, match="logit_bits"):
-        lp.attention(q, q, q, which, logit_bits=1)
+        lp.attention(q, q, q, which, logit_bits=1, **TENSOR)

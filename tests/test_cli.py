@@ -25,7 +25,7 @@ def _strict_json(text: str):
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["formats", "--help"], ["study", "--help"],
-                                  ["bench", "--help"]])
+                                  ["bench", "--help"], ["compile", "--help"]])
 def test_help_everywhere(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -68,6 +68,10 @@ def test_unknown_scheme_is_a_clear_error(capsys):
     (["bench", "--json", "/proc/lowprec-x.json"], "--json"),
     (["bench", "--schemes", ""], "--schemes"),
     (["bench", "--section", "attention", "--schemes", "flash,bogus"], "'bogus'"),
+    (["compile", "--schemes", "flash,bogus"], "'bogus'"),
+    (["compile", "--schemes", ""], "--schemes"),
+    (["compile", "--formats", "e4m3,bogus"], "'bogus'"),
+    (["compile", "--formats", ","], "--formats"),
 ])
 def test_bad_arguments_fail_at_once_with_one_line(argv, needle, capsys):
     """Paths and arguments are checked before any work: exit status 2, one line on stderr
@@ -215,11 +219,39 @@ def _has(mod: str) -> bool:
     return importlib.util.find_spec(mod) is not None
 
 
-def test_study_without_restart_schemes_has_no_sweep(tmp_path):
+def test_study_without_restart_schemes_has_no_sweep(tmp_path, monkeypatch):
+    import lowprec.compile as comp
+
+    compiled = []
+    real = comp.compile_kernels
+    monkeypatch.setattr(comp, "compile_kernels",
+                        lambda *a, **k: compiled.append(a) or real(*a, **k))
     rep = study.run_study("synthetic", ["flash"], quick=True, out=None, progress=False,
                           echo=None)
     assert "restart" not in rep
     assert list(rep["synthetic"]["rows"]) == ["flash"]
+    assert compiled == [(["flash"], [])] and rep["seconds"]["compile"] >= 0  # item 20
+
+
+@pytest.mark.parametrize("bad", ["/proc/lowprec-x", "a_file"])
+def test_run_study_checks_out_before_any_work(bad, tmp_path, monkeypatch):
+    """Issue 12 item 10: run_study(out=...) from Python fails at once, like the CLI."""
+    (tmp_path / "a_file").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(study, "compare_schemes", lambda *a, **k: pytest.fail("work started"))
+    with pytest.raises(ValueError, match=r"^out '.*' (is not a writable folder|exists and is "
+                                         r"not a folder)"):
+        study.run_study("synthetic", ["flash"], quick=True, out=bad, progress=False,
+                        echo=None)
+
+
+def test_compile_command(capsys):
+    """Issue 12 item 20: `lowprec compile` on one scheme and one format."""
+    assert main(["compile", "--schemes", "flash", "--formats", "e4m3", "--no-progress",
+                 "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "attention flash" in out and "format e4m3" in out
+    assert "compiled" in out and "Numba cache:" in out
 
 
 # ------------------------------------------------------------------------------------------

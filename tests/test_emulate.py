@@ -12,6 +12,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 import lowprec as lp  # noqa: E402
+from lowprec.stats import BapsStats  # noqa: E402
 from lowprec.torch import emulate  # noqa: E402
 
 D, H = 32, 4
@@ -133,7 +134,8 @@ def test_hand_attention_untouched():
     x = _x()
     with torch.no_grad():
         y0 = m(x, causal=True)
-        with emulate("intattention", model=m) as run:
+        with pytest.warns(UserWarning, match="no attention call was emulated"), \
+                emulate("intattention", model=m) as run:
             y1 = m(x, causal=True)
     assert torch.equal(y0, y1)
     assert run.stats.calls == [] and run.stats.modules == {}
@@ -239,13 +241,21 @@ def test_padded_batch_additive_mask(model):
         with emulate("hif8", model=model):
             c = model(x, pad)
             d = model(x2, pad)
-        with emulate("intattention", model=model):
-            e = model(x, pad)               # per-tensor int8 scales see the padding values,
-    for i, n in enumerate(lengths):         # so only data-independent schemes are invariant
+        with emulate("intattention", model=model) as run:
+            e = model(x, pad)               # int8 scales from the rows and keys taking part
+            f = model(x2, pad)              # (scale_scope="visible"): padding content ignored
+        with pytest.warns(UserWarning, match="noisy_rows"), \
+                emulate("intattention", model=model, scale_scope="tensor"):
+            g = model(x, pad)               # the papers' whole-tensor scales see the padding
+            h = model(x2, pad)
+    for i, n in enumerate(lengths):
         torch.testing.assert_close(a[i, :n], want[i, :n], atol=1e-5, rtol=1e-5)
         assert torch.equal(a[i, :n], b[i, :n])
         assert torch.equal(c[i, :n], d[i, :n])           # padding really masked under HiF8
+        assert torch.equal(e[i, :n], f[i, :n])
         assert F.cosine_similarity(e[i, :n].flatten(), want[i, :n].flatten(), 0) > 0.99
+    assert not torch.equal(g[0], h[0])  # even the unpadded sequence's scales see the garbage
+    assert not any(m.scheme_stats.noisy_rows for m in run.stats.modules.values() if m.calls)
     assert torch.isfinite(c).all() and torch.isfinite(e).all()
 
 
@@ -300,7 +310,8 @@ def test_nesting_inner_wins_outer_restored(model):
         y_after = model(x)
     assert outer.stats.total().calls == 4                  # 2 before + 2 after the inner
     assert inner.stats.total().calls == 2
-    assert inner.stats.restart_rate is not None and outer.stats.restart_rate is None
+    assert isinstance(inner.stats.total().scheme_stats, BapsStats)  # the inner one emulated
+    assert outer.stats.total().scheme_stats is None                 # reference: no statistics
     torch.testing.assert_close(y_out, want_ref, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(y_in, want_ref, atol=1e-4)
     assert torch.equal(y_after, want_ref)
@@ -367,11 +378,12 @@ def test_reentry_and_watch(model):
     with torch.no_grad(), ctx as run:
         with pytest.raises(RuntimeError, match="already active"):
             ctx.__enter__()
+        model(_x())                       # no model=: named by the global hooks (item 9)
+        assert list(run.stats.modules) == ["blocks.0.attn", "blocks.1.attn"]
+        run.watch(model, prefix="net")    # explicit names win from now on
         model(_x())
-        assert list(run.stats.modules) == ["<unknown>"]
-        run.watch(model, prefix="net")
-        model(_x())
-    assert set(run.stats.modules) == {"<unknown>", "net.blocks.0.attn", "net.blocks.1.attn"}
+    assert list(run.stats.modules) == ["blocks.0.attn", "blocks.1.attn", "net.blocks.0.attn",
+                                       "net.blocks.1.attn"]
     assert _no_hooks(model)
 
 

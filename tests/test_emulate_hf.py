@@ -102,7 +102,7 @@ def test_eager_hf_model_is_now_emulated(bert, batch):
     with emulate("hif8", model=model) as run:
         y1 = _out(model, ids, attention_mask=right)
     assert run.stats.total().calls == 2
-    assert run.stats.restart_rate is not None
+    assert run.stats.total().scheme_stats.restartable == 2  # e2e_hif8's restart test ran
     assert 1e-5 < (y1 - y0).abs().max() < 0.1
 
 
@@ -215,7 +215,7 @@ def test_llama_gqa_causal_stats(llama, batch):
     assert all(c.masked and not c.gqa and c.k_shape == (2, 4, L, 8) for c in masked)
     with emulate("hif8", model=model) as run:
         _out(model, ids)
-    assert run.stats.restart_rate is not None and run.stats.total().calls == 2
+    assert run.stats.total().scheme_stats.restartable == 2 and run.stats.total().calls == 2
 
 
 def test_plain_module_runs_unchanged():
@@ -224,26 +224,45 @@ def test_plain_module_runs_unchanged():
     x = torch.randn(3, 8)
     with torch.no_grad():
         y0 = mlp(x)
-        with emulate("baps", model=mlp) as run:
+        with pytest.warns(UserWarning, match="no attention call"), \
+                emulate("baps", model=mlp) as run:
             assert run.hf_switched == []
             y1 = mlp(x)
     assert torch.equal(y0, y1)
     assert run.stats.calls == [] and run.stats.modules == {}
 
 
-def test_hf_eager_false_and_unwatched_models_are_left_alone(bert, batch):
+def test_hf_eager_false_leaves_models_alone(bert, batch):
     model = bert[0]
     ids, right, _, _ = batch
     y0 = _out(model, ids, attention_mask=right)
-    with emulate("hif8", model=model, hf_eager=False) as run:
-        assert model.config._attn_implementation == "eager"
-        y1 = _out(model, ids, attention_mask=right)
-    with emulate("hif8") as run2:  # no model=: cannot be switched (documented)
-        y2 = _out(model, ids, attention_mask=right)
-    assert torch.equal(y0, y1) and torch.equal(y0, y2)
-    assert run.stats.calls == [] and run2.stats.calls == []
+    for kw in ({"model": model}, {}):
+        with pytest.warns(UserWarning, match="no attention call was emulated"), \
+                emulate("hif8", hf_eager=False, **kw) as run:
+            assert model.config._attn_implementation == "eager"
+            y1 = _out(model, ids, attention_mask=right)
+        assert torch.equal(y0, y1)
+        assert run.stats.calls == [] and run.hf_switched == []
     with pytest.raises(TypeError, match="hf_eager"):
         emulate("baps", hf_eager="yes")
+
+
+def test_unwatched_eager_model_switched_when_met(bert, batch):
+    """Issue 12 item 9: without model= the outermost module called is met by the global hooks;
+    an eager HF model in it is switched before its forward runs, named like model= does, and
+    restored on exit."""
+    eager, sdpa = bert
+    ids, right, _, _ = batch
+    with emulate("hif8", model=sdpa) as ref:
+        want = _out(sdpa, ids, attention_mask=right)
+    with emulate("hif8") as run:
+        assert eager.config._attn_implementation == "eager"  # not met yet
+        got = _out(eager, ids, attention_mask=right)
+        assert eager.config._attn_implementation == hf.ATTN_NAME
+        assert run.hf_switched == ["<root>"]
+    assert eager.config._attn_implementation == "eager"
+    assert torch.equal(got, want)
+    assert list(run.stats.modules) == BERT_ATTN == list(ref.stats.modules)
 
 
 def test_other_thread_gets_eager_result(bert, llama, batch):
@@ -281,7 +300,8 @@ def test_nested_contexts_and_watch(bert, batch):
         _out(model, ids, attention_mask=right)
     assert model.config._attn_implementation == "eager"
     assert inner.stats.total().calls == 2 and outer.stats.total().calls == 2
-    assert inner.stats.restart_rate is not None and outer.stats.restart_rate is None
+    assert inner.stats.total().scheme_stats.restartable == 2
+    assert outer.stats.total().scheme_stats is None and outer.stats.restart_rate is None
 
 
 def test_registered_name_usable_directly(bert, batch):

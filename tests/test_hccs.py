@@ -12,6 +12,10 @@ import lowprec as lp
 from lowprec.kernels import hccs
 from lowprec.kernels.hccs import HccsParams, HccsStats, calibrate, check_params, hccs_core
 
+#: the papers' whole-tensor int8 scales, which the naive twins compute (scale_scope=
+#: "visible", the default, is checked by the alone-vs-padded tests of test_robustness.py)
+TENSOR = {"scale_scope": "tensor"}
+
 PATHS = ("i16_div", "i8_div", "i8_clb")
 
 
@@ -320,7 +324,7 @@ def test_pipeline_bit_exact(path, causal):
     params = HccsParams(B=B, S=S, Dmax=D, x_scale=[0.05, 0.02, 0.1], n=n)
     kw = {"clb_T": 128} if path == "i8_clb" else {}
     out, st = lp.attention(q, k, v, "hccs", params=params, path=path, causal=causal,
-                           return_stats=True, **kw)
+                           return_stats=True, **kw, **TENSOR)
     want = pipeline_ref(q, k, v, params, path, causal=causal, **kw)
     np.testing.assert_array_equal(out, want)
     assert isinstance(st, HccsStats) and st.rows == 2 * 3 * 9
@@ -334,14 +338,14 @@ def test_pipeline_masks_bit_exact():
     params = HccsParams(B=B, S=S, Dmax=D, x_scale=[0.03, 0.04], n=11)
     bmask = rng.random((2, 1, 6, 11)) < 0.7
     bmask[0, 0, 2] = False  # a fully masked row -> NaN
-    out = lp.attention(q, k, v, "hccs", params=params, attn_mask=bmask)
+    out = lp.attention(q, k, v, "hccs", params=params, attn_mask=bmask, **TENSOR)
     want = pipeline_ref(q, k, v, params, mask=np.broadcast_to(bmask, (2, 2, 6, 11)))
     np.testing.assert_array_equal(out, want)
     assert np.isnan(out[0, :, 2]).all() and not np.isnan(out[1]).any()
     amask = np.where(rng.random((6, 11)) < 0.8, rng.normal(size=(6, 11)), -np.inf)
     amask = amask.astype(np.float32)
     amask[:, 0] = 0.0
-    out = lp.attention(q, k, v, "hccs", params=params, attn_mask=amask, path="i8_div")
+    out = lp.attention(q, k, v, "hccs", params=params, attn_mask=amask, path="i8_div", **TENSOR)
     np.testing.assert_array_equal(out, pipeline_ref(q, k, v, params, "i8_div", mask=amask))
 
 
@@ -350,19 +354,19 @@ def test_pipeline_self_calibration_and_error_bound():
     q, k, v = qkv(rng, (2, 4, 64, 32), Lk=64, amp=1.0)
     ref = lp.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
                        "reference")
-    out, st = lp.attention(q, k, v, "hccs", return_stats=True)
+    out, st = lp.attention(q, k, v, "hccs", return_stats=True, **TENSOR)
     p = HccsParams.from_dict(st.params[0])
     assert p.heads == 4 and p.n == 64
-    np.testing.assert_array_equal(out, lp.attention(q, k, v, "hccs", params=p))
+    np.testing.assert_array_equal(out, lp.attention(q, k, v, "hccs", params=p, **TENSOR))
     rel = np.sqrt(np.mean((out - ref) ** 2) / np.mean(ref**2))
     # clipped-linear surrogate (calibration KL ~0.05): documented bound, not float accuracy
     assert rel < 0.45, rel
-    out_rs = lp.attention(q, k, v, "hccs", params=p, dequant="rowsum")
+    out_rs = lp.attention(q, k, v, "hccs", params=p, dequant="rowsum", **TENSOR)
     rel_rs = np.sqrt(np.mean((out_rs - ref) ** 2) / np.mean(ref**2))
     assert rel_rs < 0.40, rel_rs
     # a 'uniform' surrogate (S = 0) is much worse: calibration matters
     uni = HccsParams(B=[511] * 4, S=[0] * 4, Dmax=[0] * 4, x_scale=p.x_scale, n=64)
-    out_u = lp.attention(q, k, v, "hccs", params=uni)
+    out_u = lp.attention(q, k, v, "hccs", params=uni, **TENSOR)
     rel_u = np.sqrt(np.mean((out_u - ref) ** 2) / np.mean(ref**2))
     assert rel_u > rel + 0.1
 
@@ -434,7 +438,7 @@ def test_pipeline_edge_shapes():
         q = rng.normal(size=(2, Lq, 4)).astype(np.float32)
         k = rng.normal(size=(2, Lk, 4)).astype(np.float32)
         v = rng.normal(size=(2, Lk, 3)).astype(np.float32)
-        out, st = lp.attention(q, k, v, "hccs", return_stats=True)
+        out, st = lp.attention(q, k, v, "hccs", return_stats=True, **TENSOR)
         assert out.shape == (2, Lq, 3)
         if Lk == 1:  # one key: p = B * floor(32767 / B), the output its int8 value times p
             B = st.params[0]["B"][0]
@@ -448,7 +452,7 @@ def test_pipeline_edge_shapes():
     q = rng.normal(size=(2, 5, 4)).astype(np.float32)
     m = np.ones((2, 5, 5), bool)
     m[0] = False
-    out, st = lp.attention(q, q, q, "hccs", attn_mask=m, return_stats=True)
+    out, st = lp.attention(q, q, q, "hccs", attn_mask=m, return_stats=True, **TENSOR)
     assert np.isnan(out[0]).all() and not np.isnan(out[1]).any()
     assert st.params[0]["S"][0] == 0
 

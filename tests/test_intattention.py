@@ -15,6 +15,10 @@ from naive import intattention as ref
 import lowprec as lp
 from lowprec.kernels import intattention as ia
 
+#: the papers' whole-tensor int8 scales, which the naive twins compute (scale_scope=
+#: "visible", the default, is checked by the alone-vs-padded tests of test_robustness.py)
+TENSOR = {"scale_scope": "tensor"}
+
 SPEC_LUT = [255, 206, 167, 135, 109, 88, 71, 57, 46, 38, 30, 25, 20, 16, 13, 10, 8, 7, 6, 4, 4,
             3, 2, 2, 2, 1, 1, 1, 1, 1, 0, 0]  # attention.md 3, b = 5, c = 6.6
 
@@ -299,13 +303,27 @@ def test_pipeline_bitexact_vs_reference(case):
     if pmax == 127:
         opts["p_format"] = "int8"
     got, st = lp.attention(q, k, v, "intattention", causal=causal, attn_mask=mask,
-                           return_stats=True, **opts)
+                           return_stats=True, **opts, **TENSOR)
     want = ref.intattention(q, k, v, causal=causal, mask=mask, pmax=pmax, **case)
     np.testing.assert_array_equal(got, want)
     assert st.calls == 1 and st.rows == B * Lq
     assert st.empty_rows == int(np.isnan(want[..., 0]).sum())
-    if mask is not None:
-        assert st.mask_saturated >= 1
+    if mask is not None:  # -1e30 is below MASK_FLOOR: a masked key (issue 12 item 6)
+        assert st.mask_floored >= 1
+
+
+def test_pipeline_mask_saturates_in_logit_units():
+    """A finite mask above MASK_FLOOR that leaves the int32 logit range saturates to
+    -(2**30 - 1) (counted), bit-exact against the reference."""
+    rng = np.random.default_rng(12)
+    q, k, v = normal_qkv(rng, 2, 5, 6, 8)
+    q, k = q * 1e-2, k * 1e-2  # logit unit ~2e-8: -1000 is ~-5e10 units (> 2**30)
+    mask = np.zeros((2, 5, 6), np.float32)
+    mask[1, 0, 0] = -1000.0
+    got, st = lp.attention(q, k, v, "intattention", attn_mask=mask, return_stats=True, **TENSOR)
+    want = ref.intattention(q, k, v, mask=mask)
+    np.testing.assert_array_equal(got, want)
+    assert st.mask_saturated >= 1 and st.mask_floored == 0
 
 
 def test_pipeline_thresholds_recorded():
@@ -500,10 +518,10 @@ def _quant_only_ref(q, k, v, causal):
 def test_quant_only_matches_reference():
     rng = np.random.default_rng(43)
     q, k, v = normal_qkv(rng, 2, 6, 9, 8)
-    got, st = lp.attention(q, k, v, "quant_only", causal=True, return_stats=True)
+    got, st = lp.attention(q, k, v, "quant_only", causal=True, return_stats=True, **TENSOR)
     np.testing.assert_allclose(got, _quant_only_ref(q, k, v, True), rtol=1e-6, atol=1e-7)
     assert st.quantized == q.size + k.size + v.size
-    out = lp.attention(q, k, v, "quant_only", granularity="per_channel")
+    out = lp.attention(q, k, v, "quant_only", granularity="per_channel", **TENSOR)
     assert np.isfinite(out).all()
 
 

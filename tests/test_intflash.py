@@ -159,8 +159,15 @@ def test_core_bad_inputs():
         F.intflash_core(q8, k8, v, s_q, s_k, None, 0.5)
     with pytest.raises(ValueError, match="block_k"):
         F.intflash_core(q8, k8, v, s_q, s_k, s_v, 0.5, 16, 0)
+    # a block longer than the keys is one tile of all of them (issue 12 item 5) ...
+    np.testing.assert_array_equal(F.intflash_core(q8, k8, v, s_q, s_k, s_v, 0.5, 16, 1 << 64),
+                                  F.intflash_core(q8, k8, v, s_q, s_k, s_v, 0.5, 16, k8.shape[-2]))
+    # ... and only a tile that really holds more than BLOCK_K_MAX keys could wrap int32
+    n = F.BLOCK_K_MAX + 1
     with pytest.raises(ValueError, match="block_k"):
-        F.intflash_core(q8, k8, v, s_q, s_k, s_v, 0.5, 16, 1 << 20)
+        F.intflash_core(q8, np.zeros((1, n, q8.shape[-1]), np.int8),
+                        np.zeros((1, n, v.shape[-1]), np.int8), s_q,
+                        np.ones((1, n), np.float32), s_v, 0.5, 16, 1 << 20)
     with pytest.raises(ValueError, match="scale"):
         F.intflash_core(q8, k8, v, s_q, s_k, s_v, float("nan"))
     with pytest.raises(TypeError, match="causal"):

@@ -156,11 +156,10 @@ def test_minilm_under_emulation(minilm, scheme, opts):
     d = run.stats.to_dict()
     assert all(d[k]["calls"] == 1 for k in ATTN_MODULES)
     if scheme == "baps":
-        assert run.stats.restart_rate is not None
         if opts.get("block_k") == 16:  # several key tiles: some restart, some not
             assert 0 < run.stats.restart_rate < 1
-        else:  # < 128 tokens: one (critical) key tile, nothing to restart
-            assert run.stats.restart_rate == 0
+        else:  # < 128 tokens: one (critical) key tile, no restart test: the rate is undefined
+            assert run.stats.restart_rate is None
     # after the context: bit-identical to float32 again
     with torch.no_grad():
         after = M.mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])

@@ -17,6 +17,10 @@ from naive import qflash as ref
 import lowprec as lp
 from lowprec.kernels import qflash as Q
 
+#: the papers' whole-tensor int8 scales, which the naive twins compute (scale_scope=
+#: "visible", the default, is checked by the alone-vs-padded tests of test_robustness.py)
+TENSOR = {"scale_scope": "tensor"}
+
 
 def u4(rng, shape):
     return rng.uniform(-4, 4, shape).astype(np.float32)
@@ -235,9 +239,10 @@ def test_core_hazard_counts():
     assert st.total_requant_wraps > 0
     # exp_M = 0 and typical constants give no requant wraps
     _, st = _check_core(q8, k8, v8, TYPICAL)
-    assert st.hazards == {"exp_M_zero": 0, "exp_overflows": 0, "requant_wraps": 0,
-                          "int32_wraps": 0, "output_wraps": 0, "zero_denominators": 0,
-                          "negative_weights": 0}
+    assert st.hazards == {"nonfinite_rows": 0, "noisy_rows": 0, "exp_M_zero": 0,
+                          "exp_overflows": 0,
+                          "requant_wraps": 0, "int32_wraps": 0, "output_wraps": 0,
+                          "zero_denominators": 0, "negative_weights": 0, "m_init_rows": 0}
     # a bias that wraps the int32 score is counted
     bias = np.full((4, 40), 2**31 - 1, np.int64)
     _, st = Q.qflash_core(q8, k8, v8, *TYPICAL, bias=bias, return_stats=True)
@@ -291,16 +296,16 @@ def test_pipeline_equals_core():
                        Q.quantize_int8(v, c.s_v), c.R, c.exp_M, c.req_M, c.l_M, c.acc_M,
                        block_k=16)
     want = (o8.astype(np.float64) * c.s_v).astype(np.float32)
-    np.testing.assert_array_equal(lp.attention(q, k, v, "qflash", block_k=16), want)
+    np.testing.assert_array_equal(lp.attention(q, k, v, "qflash", block_k=16, **TENSOR), want)
 
 
 def test_pipeline_causal_mask_and_nan_rows():
     rng = np.random.default_rng(22)
     q, k, v = u4(rng, (2, 12, 16)), u4(rng, (2, 7, 16)), u4(rng, (2, 7, 8))
-    out = lp.attention(q, k, v, "qflash", causal=True, block_k=4)
+    out = lp.attention(q, k, v, "qflash", causal=True, block_k=4, **TENSOR)
     assert np.isnan(out[:, :5]).all() and np.isfinite(out[:, 5:]).all()
     vis = np.arange(7)[None, :] <= np.arange(12)[:, None] - 5
-    out_b = lp.attention(q, k, v, "qflash", attn_mask=vis, block_k=4)
+    out_b = lp.attention(q, k, v, "qflash", attn_mask=vis, block_k=4, **TENSOR)
     np.testing.assert_array_equal(out, out_b)
     # the causal rows against the integer core with the -2**20 bias
     c = Q.host_constants(q, k, v)
@@ -312,7 +317,7 @@ def test_pipeline_causal_mask_and_nan_rows():
     # an additive float mask: finite values become score units (-inf masks)
     addm = np.where(vis, rng.uniform(-2, 0, vis.shape), -np.inf).astype(np.float32)
     ref_out = lp.attention(q, k, v, "reference", attn_mask=addm)
-    got = lp.attention(q, k, v, "qflash", attn_mask=addm)
+    got = lp.attention(q, k, v, "qflash", attn_mask=addm, **TENSOR)
     assert sqnr_db(got[:, 5:], ref_out[:, 5:]) > 25
 
 

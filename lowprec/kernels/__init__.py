@@ -55,6 +55,15 @@ class Scheme:
             makes no trial call with them).
         stats: the statistics class its calls return (None: no statistics).
         order: display order in studies and tables (ascending; ties keep registry order).
+        mask_floor: additive mask values at or below it are made ``-inf`` before the scheme
+            runs (:data:`lowprec.kernels.problem.MASK_FLOOR` for the integer schemes, whose
+            logit scales a finite stand-in for -inf would wreck); None: added as they are.
+        noise: ``noise(options) -> model`` of how the scheme rounds q and k (a model of
+            :func:`lowprec.kernels.problem.logit_noise`, or None when it keeps them exact);
+            :func:`attention` counts the rows it makes noisy (``Stats.noisy_rows``).
+        error_bound: the documented bound on the relative error (Frobenius norm over the rows
+            that see a key) of the output against ``reference`` on rows that are not noisy and
+            raise no hazard; checked by the property test over amplitudes 1e-30 .. 1e20.
     """
 
     name: str
@@ -67,6 +76,9 @@ class Scheme:
     shape_dependent: tuple = ()
     stats: type | None = None
     order: int = 100
+    mask_floor: float | None = None
+    noise: Callable[[dict], str | None] | None = None
+    error_bound: float | None = None
 
 
 _REGISTRY: dict[tuple[str, str], Scheme] = {}
@@ -161,22 +173,146 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
     check_bool(return_stats, "return_stats")
     prob, as_torch = prepare(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
                              keep_float64=s.float64)
-    with one_blas_thread():  # NumPy's GEMMs beside the parallel row kernels (problem.py)
-        out, stats = s.run(prob, return_stats, **options)
+    floored = 0
+    if s.mask_floor is not None:
+        prob, floored = prob.floored(s.mask_floor)
+    if prob.B == 0 or prob.Lq == 0 or prob.Lk == 0 or prob.dv == 0:
+        # nothing to compute (every row sees no key when Lk == 0: NaN below); the scheme's
+        # options are still validated by a run on a one-element problem
+        _validate_options(s, prob, options)
+        out = np.zeros((prob.B, prob.Lq, prob.dv), dtype=np.float32)
+        stats = _empty_stats(s) if return_stats else None
+    else:
+        with one_blas_thread():  # NumPy's GEMMs beside the parallel row kernels (problem.py)
+            out, stats = s.run(prob, return_stats, **options)
     none = prob.no_key_rows()
     if none is not None:  # the one place rows that see no key become NaN (problem.py)
         rows = out[none]
         rows[~np.isnan(rows)] = np.nan  # a kernel's own NaN (0/0) keeps its bits
         out[none] = rows
+    if stats is not None:  # rows that see a key but came out NaN/Inf: a hazard of every scheme
+        bad = ~np.isfinite(out).all(axis=-1) if prob.dv else np.zeros(out.shape[:2], bool)
+        if none is not None:
+            bad &= ~none
+        stats.nonfinite_rows = int(np.count_nonzero(bad))
+        stats.mask_floored = floored
+        if s.noise is not None:
+            stats.noisy_rows = _noisy_rows(prob, s.noise(options), none,
+                                           options.get("scale_scope") == "tensor")
     res = finish(out, prob, as_torch)
     return (res, stats) if return_stats else res
 
 
-def softmax(scores, scheme: str, axis: int = -1, **options):
-    """Softmax surrogate ``scheme`` (``lp.schemes("softmax")``) along ``axis`` of ``scores``."""
+def _noisy_rows(prob, model, none, whole_tensor: bool) -> int:
+    """Rows taking part (padding rows are not counted) whose estimated logit noise exceeds
+    NOISE_NATS; the estimate ignores padding content unless the scheme's scales see the whole
+    tensor (``scale_scope="tensor"``)."""
+    from .problem import NOISE_NATS, logit_noise
+
+    if model is None:
+        return 0
+    parts = prob.taking_part() if prob.mask is not None or prob.causal else None
+    est = logit_noise(prob, model, None if whole_tensor else parts)
+    if est is None:
+        return 0
+    noisy = ~(est <= NOISE_NATS)  # NaN (overflowing inputs) counts as noisy
+    if parts is not None:
+        noisy &= parts[0]
+    elif none is not None:
+        noisy &= ~none
+    return int(np.count_nonzero(noisy))
+
+
+def _empty_stats(s: Scheme):
+    """The statistics of a call with nothing to compute: the scheme's class, one call."""
+    if s.stats is None:
+        return None
+    st = s.stats()
+    if hasattr(st, "calls"):
+        st.calls = 1
+    return st
+
+
+def _validate_options(s: Scheme, prob, options: dict) -> None:
+    """Run ``s`` on a 1 x 1 x 1 problem with the same options (but the shape-dependent ones),
+    so that an empty call rejects the option values a non-empty one would (result dropped)."""
+    from .problem import Problem
+
+    one = np.ones((1, 1, max(prob.d, 1)), dtype=prob.q.dtype)
+    v1 = np.ones((1, 1, 1), dtype=prob.q.dtype)
+    tiny = Problem(q=one, k=one, v=v1, scale=prob.scale, causal=False, mask=None,
+                   mask_map=np.zeros(1, np.int64), lead=(1,), in_dtype=prob.in_dtype)
+    s.run(tiny, False, **{k: v for k, v in options.items() if k not in s.shape_dependent})
+
+
+def softmax(scores, scheme: str, axis: int = -1, *, return_stats: bool = False, **options):
+    """Softmax surrogate ``scheme`` (``lp.schemes("softmax")``) along ``axis`` of ``scores``.
+
+    Scores of ``-inf`` are masked entries (probability 0); for the integer surrogates so are
+    finite scores at or below :data:`~lowprec.kernels.problem.MASK_FLOOR` (-65504: the
+    ``torch.finfo(dtype).min`` padding of transformers), which would otherwise set their
+    quantisation scale.  A row with no unmasked entry gives NaN.
+
+    Args:
+        scores: float array or CPU tensor, any shape.
+        scheme: a name from ``lp.schemes("softmax")``.
+        axis: the softmax axis.
+        return_stats: also return the surrogate's statistics (``None`` for ``hif8_exp2``,
+            which has no counters): e.g. I-ViT's ``sum_clamped`` says that rows were clamped
+            and no longer sum to 1; ``hazards`` lists what went wrong, all zero when nothing
+            did.
+        **options: the surrogate's options (unknown ones raise ValueError listing them).
+
+    Returns:
+        Probabilities of the scores' shape and kind, or ``(p, stats)`` with ``return_stats``.
+
+    Example::
+
+        >>> p, st = lp.softmax(np.array([[0.0, 1e-4, 2e-4]]), scheme="ivit", return_stats=True)
+        >>> st.hazards
+    """
     s = get_scheme(scheme, kind="softmax")
     check_options(options, scheme, s.options)
-    return s.run(scores, axis, **options)
+    check_bool(return_stats, "return_stats")
+    if s.mask_floor is not None:
+        scores = _floor_scores(scores, s.mask_floor)
+    p, stats = s.run(scores, axis, return_stats, **options)
+    if stats is not None:
+        stats.nonfinite_rows = _nonfinite_softmax_rows(scores, p, axis)
+    return (p, stats) if return_stats else p
+
+
+def _nonfinite_softmax_rows(scores, p, axis: int) -> int:
+    """Rows with an unmasked entry (finite or +inf... any entry not -inf) whose output has a
+    NaN or Inf: the softmax analogue of :attr:`Stats.nonfinite_rows`."""
+    from ..formats._arrays import to_numpy
+
+    x, _ = to_numpy(scores, "scores")
+    y, _ = to_numpy(p, "p")
+    if x.size == 0:
+        return 0
+    x = np.moveaxis(np.asarray(x, dtype=np.float32), axis, -1)
+    y = np.moveaxis(np.asarray(y, dtype=np.float32), axis, -1)
+    seen = (x != -np.inf).any(axis=-1)
+    return int(np.count_nonzero(seen & ~np.isfinite(y).all(axis=-1)))
+
+
+def _floor_scores(scores, floor: float):
+    """``scores`` with finite values ``<= floor`` made ``-inf`` (a copy only when one is)."""
+    from ..formats._arrays import to_numpy
+
+    arr, was_torch = to_numpy(scores, "scores")
+    if arr.dtype.kind != "f" or arr.dtype.itemsize < 2:
+        return scores  # bfloat16 and non-float inputs: the surrogate validates them
+    low = (arr <= floor) & np.isfinite(arr)
+    if not low.any():
+        return scores
+    out = np.where(low, -np.inf, arr).astype(arr.dtype)
+    if was_torch:
+        import torch
+
+        return torch.from_numpy(out)
+    return out
 
 
 __all__ = ["attention", "schemes", "softmax", "register", "get_scheme", "Scheme",

@@ -137,6 +137,11 @@ def int8_rows(x2, *, scale_dtype: str = "float32", narrow: bool = True,
 QKV_GRANULARITIES = ("per_tensor", "per_channel", "per_block")
 
 
+def _per(a: np.ndarray, rows: int) -> np.ndarray:
+    """``a`` as ``(rows, size / rows)`` (explicit sizes: an empty tensor stays reshapeable)."""
+    return a.reshape((rows, a.size // rows if rows else 0))
+
+
 @dataclass
 class QKV8:
     """int8 q, k, v of an attention problem, ready for exact GEMMs (:func:`quantize_qkv`).
@@ -164,24 +169,56 @@ class QKV8:
     saturated: int
 
 
+#: why the integer attention schemes refuse NaN/Inf inputs (every scheme says it the same way)
+FINITE_WHY = ("the integer attention schemes quantize q, k and v to int8 with a scale "
+              "max|x| / 127, which must be finite (flash, baps and reference propagate NaN/Inf)")
+
+
+#: a row whose integer probabilities sum to more than this fraction away from full scale is
+#: unnormalized (``unnormalized_rows``): 8-bit P over many flat keys, a clamped or coarse
+#: normalisation, a row whose weights all rounded to 0
+NORM_TOL = 0.1
+
+
+def unnormalized(rowsum: np.ndarray, full: float, seen: np.ndarray | None = None,
+                 tol: float = NORM_TOL) -> int:
+    """Rows whose probability sum ``rowsum`` (in units where ``full`` is 1) is more than
+    ``tol`` (default :data:`NORM_TOL`) away from ``full``, among the rows ``seen`` (rows that
+    see a key; None: all)."""
+    off = ~(np.abs(np.asarray(rowsum, dtype=np.float64) - full) <= tol * full)
+    if seen is not None:
+        off &= seen
+    return int(np.count_nonzero(off))
+
+
+def check_finite_inputs(*named) -> None:
+    """ValueError naming the first of the ``(name, array)`` pairs that holds NaN or Inf
+    (:data:`FINITE_WHY`)."""
+    for name, a in named:
+        if a.size and not np.all(np.isfinite(a)):
+            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
+
+
+def check_positive_scale(scale: float, scheme: str, why: str) -> None:
+    """ValueError unless the softmax scale is > 0 (schemes whose integer softmax needs a
+    positive logit unit; ``why`` names the quantity, e.g. ``"c_int = c / alpha"``)."""
+    if not scale > 0:
+        raise ValueError(f"{scheme} needs scale > 0 ({why}), got {scale}")
+
+
 def quantize_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray,
                  granularity: str = "per_tensor", block: int = 128, *,
-                 require_finite: bool = False) -> QKV8:
+                 require_finite: bool = True) -> QKV8:
     """Symmetric int8 (float32 scales, ``[-127, 127]``) of flattened ``q (B, Lq, d)``,
     ``k (B, Lk, d)``, ``v (B, Lk, dv)`` at ``granularity``: ``per_tensor`` (one scale per tensor
     over every entry), ``per_channel`` (one per entry, i.e. per head) or ``per_block`` (q per
     block of ``block`` query rows of an entry, k and v per entry).
 
-    ``require_finite`` raises ValueError for NaN/Inf (otherwise NaN raises as in
-    :func:`lowprec.encode` and Inf saturates).
+    ``require_finite`` (default) raises ValueError for NaN/Inf (:func:`check_finite_inputs`);
+    otherwise NaN raises as in :func:`lowprec.encode` and Inf saturates.
     """
     if require_finite:
-        for name, a in (("q", q), ("k", k), ("v", v)):
-            if a.size and not np.all(np.isfinite(a)):
-                raise ValueError(
-                    f"{name} contains NaN or Inf; the int8 schemes need finite inputs (the "
-                    "scale s = max|x| / 127 must be finite)"
-                )
+        check_finite_inputs(("q", q), ("k", k), ("v", v))
     B, Lq, d = q.shape
     rows = 1 if granularity == "per_tensor" else B
     groups = 1
@@ -193,12 +230,12 @@ def quantize_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         q8 = c8.reshape((B, groups * block, d))[:, :Lq]
         sq_row = np.repeat(sb.reshape((B, groups)), block, axis=1)[:, :Lq]
     else:
-        c8, sqs, sat_q = int8_rows(q.reshape((rows, -1)), what="q")
+        c8, sqs, sat_q = int8_rows(_per(q, rows), what="q")
         q8 = c8.reshape(q.shape)
         sq_row = np.broadcast_to(sqs.reshape((-1, 1)), (B, Lq))
         block = max(Lq, 1)
-    k8, sks, sat_k = int8_rows(k.reshape((rows, -1)), what="k")
-    v8, svs, sat_v = int8_rows(v.reshape((rows, -1)), what="v")
+    k8, sks, sat_k = int8_rows(_per(k, rows), what="k")
+    v8, svs, sat_v = int8_rows(_per(v, rows), what="v")
     dt = gemm_dtype(d)
     return QKV8(
         q8=q8.astype(dt), k8t=np.ascontiguousarray(k8.reshape(k.shape).transpose(0, 2, 1), dt),
@@ -207,6 +244,99 @@ def quantize_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         sk=np.broadcast_to(sks, (B,)).astype(np.float32),
         sv=np.broadcast_to(svs, (B,)).astype(np.float32), groups=groups, block=block,
         quantized=q.size + k.size + v.size, saturated=sat_q + sat_k + sat_v)
+
+
+def scoped_amax(x: np.ndarray, seen: np.ndarray, group: np.ndarray | None) -> np.ndarray:
+    """float64 ``max |x|`` of every entry of ``x (B, L, D)`` over its rows ``seen (B, L)``,
+    maximised over the entries of one ``group`` (``(B,)`` ints; None: each entry alone); 0 for
+    an entry (group) with no row seen."""
+    B, L = x.shape[:2]
+    if x.size == 0 or L == 0:
+        a = np.zeros((B, L), dtype=np.float64)
+    else:
+        a = np.abs(x).max(axis=2).astype(np.float64)
+    e = np.where(seen, a, 0.0).max(axis=1) if L else np.zeros(B, dtype=np.float64)
+    if group is None or B == 0:
+        return e
+    g = np.zeros(int(group.max()) + 1, dtype=np.float64)
+    np.maximum.at(g, group, e)
+    return g[group]
+
+
+def _entry_scales(amax: np.ndarray, scale_dtype: str) -> np.ndarray:
+    """Scales from max-abs values: float32 ``fl32(amax / 127)`` (the integer codec's rule, 1.0
+    for 0) or float64 ``amax / 127`` (QFlash's, 1.0 for 0)."""
+    if scale_dtype == "float64":
+        return np.where(amax > 0, amax / INT8_QMAX, 1.0)
+    s = _integer._to_f32_scale(amax / INT8_QMAX) if amax.size else np.zeros(0, np.float32)
+    s = np.asarray(s, dtype=np.float32)
+    s[amax == 0] = 1.0
+    return s
+
+
+def _codes_with(x: np.ndarray, s_rows: np.ndarray, qmin: int, what: str):
+    """int8 codes of ``x (B, L, D)`` with one float64 scale per row ``s_rows (B, L)``."""
+    B, L, D = x.shape
+    if x.size == 0:
+        return np.zeros(x.shape, dtype=np.int8)
+    codes = _codes(np.ascontiguousarray(x.reshape((B * L, D))),
+                   np.ascontiguousarray(s_rows, dtype=np.float64).reshape(-1), qmin, what)
+    return codes.reshape(x.shape)
+
+
+def quantize_visible(q: np.ndarray, k: np.ndarray, v: np.ndarray, rows: np.ndarray,
+                     keys: np.ndarray, sequence: np.ndarray, granularity: str = "per_tensor",
+                     block: int = 128) -> QKV8:
+    """:func:`quantize_qkv` with ``scale_scope="visible"`` (:meth:`Problem.taking_part`): the
+    amax of each scale is taken over the query ``rows`` and ``keys`` (``(B, Lq)``, ``(B, Lk)``
+    boolean) that take part, and ``per_tensor`` spans one ``sequence`` (``(B,)`` ints: the
+    entries of one batch element), so neither padding keys, nor padding query rows, nor the
+    other sequences of a batch change a sequence's codes.  Codes of every row are computed
+    (rows not taking part may clamp; only those taking part count as ``saturated``).
+    """
+    check_finite_inputs(("q", q), ("k", k), ("v", v))
+    B, Lq, d = q.shape
+    group = sequence if granularity == "per_tensor" else None
+    sk = _entry_scales(scoped_amax(k, keys, group), "float32")
+    sv = _entry_scales(scoped_amax(v, keys, group), "float32")
+    blocks, nblk = 1, max(Lq, 1)
+    if granularity == "per_block" and Lq:
+        nblk = block
+        blocks = -(-Lq // block)
+        pad = blocks * block - Lq
+        qp = np.concatenate([q, np.zeros((B, pad, d), q.dtype)], axis=1) if pad else q
+        rp = np.concatenate([rows, np.zeros((B, pad), bool)], axis=1) if pad else rows
+        amax = scoped_amax(qp.reshape((B * blocks, block, d)), rp.reshape((B * blocks, block)),
+                           None).reshape((B, blocks))
+        sq_row = np.repeat(_entry_scales(amax.reshape(-1), "float32").reshape((B, blocks)),
+                           block, axis=1)[:, :Lq]
+    else:
+        sq_row = np.repeat(_entry_scales(scoped_amax(q, rows, group), "float32")[:, None],
+                           Lq, axis=1)
+    q8 = _codes_with(q, sq_row, -INT8_QMAX, "q")
+    k8 = _codes_with(k, np.repeat(sk[:, None], k.shape[1], axis=1), -INT8_QMAX, "k")
+    v8 = _codes_with(v, np.repeat(sv[:, None], v.shape[1], axis=1), -INT8_QMAX, "v")
+    sat = (saturated(q[rows], sq_row[rows][:, None]) + saturated(k[keys], np.repeat(
+        sk[:, None], k.shape[1], axis=1)[keys][:, None]) + saturated(v[keys], np.repeat(
+            sv[:, None], v.shape[1], axis=1)[keys][:, None]))
+    dt = gemm_dtype(d)
+    return QKV8(
+        q8=q8.astype(dt), k8t=np.ascontiguousarray(k8.transpose(0, 2, 1), dt),
+        v8=v8.astype(np.float32), sq_row=np.ascontiguousarray(sq_row, dtype=np.float32),
+        sk=sk.astype(np.float32), sv=sv.astype(np.float32), groups=blocks, block=nblk,
+        quantized=q.size + k.size + v.size, saturated=sat)
+
+
+def quantize_problem(prob, granularity: str = "per_tensor", block: int = 128,
+                     scope: str = "visible") -> QKV8:
+    """int8 q, k, v of a :class:`~lowprec.kernels.problem.Problem` with the ``scale_scope``
+    ``scope``: ``"visible"`` (:func:`quantize_visible`) or ``"tensor"`` (the papers' scales
+    over every entry, :func:`quantize_qkv`)."""
+    if scope == "tensor":
+        return quantize_qkv(prob.q, prob.k, prob.v, granularity, block)
+    rows, keys = prob.taking_part()
+    return quantize_visible(prob.q, prob.k, prob.v, rows, keys, prob.sequences(), granularity,
+                            block)
 
 
 def quantize_int8(x, s: float, *, narrow: bool = False, return_saturated: bool = False):

@@ -77,11 +77,12 @@ def fill_logits(prob: Problem, qz: QKV8, fill) -> None:
 
 @jit(parallel=True)
 def logits_f32(S, s_in, add, has_add, x):
-    """``x = fl32(S * s_in (+ add))``: float64 product and sum, one rounding (S exact)."""
+    """``x = fl32(S * s_in[r] (+ add))``: float64 product and sum, one rounding (S exact);
+    ``s_in`` is the float64 logit unit of each row."""
     n, L = S.shape
     for r in prange(n):
         for j in range(L):
-            t = np.float64(S[r, j]) * s_in
+            t = np.float64(S[r, j]) * s_in[r]
             if has_add:
                 t += np.float64(add[r, j])
             x[r, j] = np.float32(t)

@@ -156,7 +156,16 @@ def exp2_table(fmt_in: str, fmt_out: str, fp16: bool = True) -> np.ndarray:
 def restart_threshold(tau: int) -> float:
     """The smallest float32 ``x`` with ``hif8(x) > tau`` (nearest_away): the engine restarts a
     row iff ``fl(rowmax - m) >= threshold`` (equivalent to some ``hif8(S - m) > tau``, since
-    HiF8 rounding and ``fl(. - m)`` are monotone)."""
+    HiF8 rounding and ``fl(. - m)`` are monotone).
+
+    ``tau`` is the restart threshold of ``e2e_hif8``: an int >= 0 (ValueError otherwise; a
+    bool or float raises ValueError like the scheme option does).
+
+    Example:
+        >>> restart_threshold(1)
+        1.0625
+    """
+    tau = check_int(tau, "tau", 0, what="a non-negative int")
     lo, hi = np.uint32(0), np.uint32(F32_EXP)  # bits of +0 and +inf
 
     def over(bits) -> bool:
@@ -200,6 +209,7 @@ def softmax_exp2(scores, axis: int = -1, *, fmt: str = "hif8", fmt_out: str | No
     _check_fmt(fmt, "fmt")
     fmt_out = fmt if fmt_out is None else _check_fmt(fmt_out, "fmt_out")
     check_bool(integer_max, "integer_max")
+    check_bool(exp2_fp16, "exp2_fp16")
     rows, restore = softmax_rows(scores, axis)
     x2 = rows * np.float32(LOG2E)
     with np.errstate(invalid="ignore"):
@@ -215,8 +225,8 @@ def softmax_exp2(scores, axis: int = -1, *, fmt: str = "hif8", fmt_out: str | No
     return restore(out.astype(np.float32))
 
 
-def _softmax_exp2(scores, axis, **opts):
-    return softmax_exp2(scores, axis, **opts)
+def _softmax_exp2(scores, axis, return_stats, **opts):
+    return softmax_exp2(scores, axis, **opts), None  # no counters
 
 
 def _choice(value, table: dict, name: str) -> int:
@@ -289,23 +299,25 @@ def _baps(prob: Problem, return_stats: bool, config: str = "e2e_hif8", block_q: 
             )
     cfg = make_config(config, **opts)
     if cfg.crit == CRIT_LIST:
-        nk = -(-prob.Lk // check_block(block_k, "block_k")) if prob.Lk else 0
+        nk = -(-prob.Lk // check_block(block_k, "block_k", prob.Lk)) if prob.Lk else 0
         bad = [t for t in cfg.crit_list if t >= nk]
         if bad:
             raise ValueError(
                 f"critical tile indices {bad} are out of range: there are {nk} key tiles"
             )
     q, k, v = _round_inputs(prob, input_dtype)
+    bq = check_block(block_q, "block_q", prob.Lq)
+    bk = check_block(block_k, "block_k", prob.Lk)
     out, flags, rr = run_engine(q, k, v, scale=prob.scale, causal=prob.causal, mask=prob.mask,
-                                mask_map=prob.mask_map, block_q=check_block(block_q, "block_q"),
-                                block_k=check_block(block_k, "block_k"), cfg=cfg)
-    return out, (tile_stats(flags, rr) if return_stats else None)
+                                mask_map=prob.mask_map, block_q=bq, block_k=bk, cfg=cfg)
+    return out, (tile_stats(flags, rr, cfg.flow == E2E) if return_stats else None)
 
 
 register(Scheme(
     "baps",
     "BAPS HiF8 flash attention (configs: " + ", ".join(CONFIGS) + ")",
     _baps,
+    noise=lambda o: "bfloat16" if o.get("input_dtype", "bfloat16") == "bfloat16" else None,
     options=("config", "block_q", "block_k", "input_dtype", "tau", "critical", "max_round",
              "granularity", "accum", "exp2_fp16"),
     variants=("config", tuple(CONFIGS)), shape_dependent=("critical",), stats=BapsStats,

@@ -126,15 +126,15 @@ from ._baselines_exact import (
     _ivit_exact,
     _visible,
 )
-from ._check import bool_mask, check_bool, check_int, check_real
+from ._check import bool_mask, check_bool, check_choice, check_int, check_real
 from ._fp import add32 as _add
 from ._fp import div32 as _div
 from ._fp import floor32 as _floor
 from ._fp import mul32 as _mul
 from ._fp import sub32 as _sub
-from ._int8 import INT8_QMAX, quantize_qkv
+from ._int8 import INT8_QMAX, check_positive_scale, quantize_problem, unnormalized
 from ._surrogate import exact_attend, fill_logits, logits_f32, row_block, vis_block, visibility
-from .problem import Problem, softmax_rows
+from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (specs/attention.md section 7)
@@ -181,6 +181,9 @@ class BaselineStats(Stats):
             (then ``f = 1`` and the row's probabilities sum to about ``Z / 2**31 > 1``).
         requant_clamped: I-BERT entries whose 16-bit requantisation clamped.
         zero_outputs: visible entries whose output ``y`` is 0 (probability underflow).
+        unnormalized_rows: attention rows that see a key and whose integer probabilities sum
+            more than 10 % away from 1 (I-ViT's floor reciprocal ``f = floor(2**31 / Z)`` with
+            few bits on fine logit scales, 8-bit output on long flat rows), a hazard.
     """
 
     calls: int = 0
@@ -191,9 +194,12 @@ class BaselineStats(Stats):
     sum_clamped: int = 0
     requant_clamped: int = 0
     zero_outputs: int = 0
+    unnormalized_rows: int = 0
 
     _COUNTERS = ("empty_rows", "nan_rows", "floor_clamped", "sum_clamped", "requant_clamped",
                  "zero_outputs")  # the kernels' count slots, in order
+    _hazards = ("nan_rows", "sum_clamped", "requant_clamped", "unnormalized_rows")
+    _key = ("floor_clamped", "zero_outputs")
 
 
 
@@ -688,6 +694,14 @@ def _vis_amax(x, vis):
     return part.max() if n else np.float32(0.0)
 
 
+def _logit_amax(x: np.ndarray, vis: np.ndarray, rows: np.ndarray | None) -> float:
+    """max |x| over the visible logits of the rows that take part (``rows``; None: all)."""
+    if rows is not None and not rows.all():
+        x = x[rows]
+        vis = vis[rows] if vis.shape[0] else vis
+    return float(for_size(_vis_amax, x.size)(x, vis)) if x.size else 0.0
+
+
 @jit(parallel=True)
 def _requantize(x, s_x, qmax, codes, coded):
     """``x = fl32(clamp(RNE(x / s_x), -qmax, qmax) * s_x)`` (float64 quotient), in place; with
@@ -703,67 +717,93 @@ def _requantize(x, s_x, qmax, codes, coded):
 
 
 def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, out_bits: int,
-                    exact: bool, logit_bits):
+                    exact: bool, logit_bits, scale_scope: str = "visible"):
     """The pipeline of :mod:`._surrogate` with logits ``fl32(S s_in + mask)`` (optionally
-    requantised to ``logit_bits``) and the surrogate ``core``; output ``P v8 * s_v * unit``."""
+    requantised to ``logit_bits``) and the surrogate ``core``; output ``P v8 * s_v * unit``.
+    The int8 scales, the logit unit ``s_in`` and the logit requantisation scale are per
+    sequence with ``scale_scope="visible"`` (one group per batch element), per tensor with
+    ``"tensor"`` (one group)."""
     lb = _check_logit_bits(logit_bits)
+    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
     B, Lq, Lk = prob.B, prob.Lq, prob.Lk
     if B == 0 or Lq == 0 or Lk == 0:
         out = np.zeros((B, Lq, prob.dv), dtype=np.float32)
         st = BaselineStats(calls=1, rows=B * Lq, empty_rows=B * Lq)
         return out, (st if return_stats else None)
-    qz = quantize_qkv(prob.q, prob.k, prob.v)
-    s_in = np.float32(np.float64(qz.sq_row[0, 0]) * np.float64(qz.sk[0]) * prob.scale)
-    if not float(s_in) > 0:
-        s_in = np.float32(1.0)  # q or k is all zero: every logit is 0
+    check_positive_scale(prob.scale, "I-ViT / I-BERT", "the integer softmax takes logits in "
+                         "units of s_q s_k scale > 0")
+    qz = quantize_problem(prob, scope=scope)
+    group = prob.sequences() if scope == "visible" else np.zeros(B, dtype=np.int64)
+    # the logit unit in float32, as the published code holds it; when it underflows to 0 (q, k
+    # of amplitude ~1e-20 and below) every float32 logit is 0 and the softmax uniform, which
+    # the core computes with any positive unit
+    s_ent = (qz.sq_row[:, 0].astype(np.float64) * qz.sk.astype(np.float64)
+             * prob.scale).astype(np.float32)  # (B,): one value per group
+    s_row = np.repeat(s_ent.astype(np.float64), Lq)
     x = np.empty((B * Lq, Lk), dtype=np.float32)  # logits, then the surrogate's output
 
     def fill(rows, S, add):
-        for_size(logits_f32, S.size)(S, np.float64(s_in), S if add is None else add,
+        for_size(logits_f32, S.size)(S, s_row[rows], S if add is None else add,
                                      add is not None, x[rows])
 
     fill_logits(prob, qz, fill)
     vis = visibility(prob)
-    kw = {}
-    if lb is not None:
-        qmax = 2 ** (lb - 1) - 1
-        amax = float(for_size(_vis_amax, x.size)(x, vis))
-        s_x = np.float32(amax / qmax) if amax > 0 else np.float32(1.0)
-        coded = core is _ivit_core and not exact and 2 * qmax + 1 <= CODED_MAX and \
-            Lk >= 2 * (2 * qmax + 1)  # a per-value table pays for itself on long rows
-        cd = np.empty(x.shape, np.uint8) if coded else _NO_CODES
-        for_size(_requantize, x.size)(x, np.float64(s_x), float(qmax), cd, coded)
-        s_in = s_x
-        if coded:
-            xvals = ((np.arange(2 * qmax + 1) - qmax) * np.float64(s_x)).astype(np.float32)
-            kw = {"codes": (cd, xvals)}
-    counts = core(x, vis, _check_scale(float(s_in)), out_bits, exact, x, **kw)  # x -> y
+    part = prob.taking_part()[0].reshape(-1) if scope == "visible" else None
+    counts = np.zeros(_NCOUNT, dtype=np.int64)
+    bounds = np.flatnonzero(np.diff(group)) + 1
+    for e0, e1 in zip(np.r_[0, bounds], np.r_[bounds, B], strict=True):  # one group of entries
+        rs = slice(int(e0) * Lq, int(e1) * Lq)
+        xg, vg = x[rs], vis[rs] if vis.shape[0] else vis
+        s_in = s_ent[e0]
+        kw = {}
+        if lb is not None:
+            qmax = 2 ** (lb - 1) - 1
+            amax = _logit_amax(xg, vg, None if part is None else part[rs])
+            s_x = np.float32(amax / qmax) if amax > 0 else np.float32(1.0)
+            coded = core is _ivit_core and not exact and 2 * qmax + 1 <= CODED_MAX and \
+                Lk >= 2 * (2 * qmax + 1)  # a per-value table pays for itself on long rows
+            cd = np.empty(xg.shape, np.uint8) if coded else _NO_CODES
+            for_size(_requantize, xg.size)(xg, np.float64(s_x), float(qmax), cd, coded)
+            s_in = s_x
+            if coded:
+                xvals = ((np.arange(2 * qmax + 1) - qmax) * np.float64(s_x)).astype(np.float32)
+                kw = {"codes": (cd, xvals)}
+        if not s_in > 0:  # every logit underflowed to 0 (see above)
+            s_in = np.float32(1.0)
+        counts += np.asarray(core(xg, vg, _check_scale(float(s_in)), out_bits, exact, xg, **kw),
+                             dtype=np.int64).reshape((-1, _NCOUNT)).sum(axis=0)  # xg -> y
     bad = np.isnan(x[:, 0])  # rows the surrogate gave NaN (no visible key): NaN out
     x[bad] = 0.0
-    O, _ = exact_attend(x, prob, qz.v8)
-    out = (O * (np.float64(qz.sv[0]) * out_scale)).astype(np.float32)
+    O, rowsum = exact_attend(x, prob, qz.v8)
+    out = (O * (qz.sv.astype(np.float64)[:, None, None] * out_scale)).astype(np.float32)
     out.reshape((-1, prob.dv))[bad] = np.nan
-    return out, (_stats_from(counts, B * Lq) if return_stats else None)
+    if not return_stats:
+        return out, None
+    st = _stats_from(counts, B * Lq)
+    st.unnormalized_rows = unnormalized(rowsum.reshape(-1), 1.0 / out_scale, ~bad)
+    return out, st
 
 
 def _ivit_attention(prob: Problem, return_stats: bool, out_bits: int = IVIT_ATTN_OUT_BITS,
-                    exact: bool = False, logit_bits=IVIT_ATTN_LOGIT_BITS):
+                    exact: bool = False, logit_bits=IVIT_ATTN_LOGIT_BITS,
+                    scale_scope: str = "visible"):
     ob = _check_out_bits(out_bits)
     ex = check_bool(exact, "exact")
-    return _int8_attention(prob, return_stats, _ivit_core, ivit_scale(ob), ob, ex, logit_bits)
+    return _int8_attention(prob, return_stats, _ivit_core, ivit_scale(ob), ob, ex, logit_bits,
+                           scale_scope)
 
 
 def _ibert_attention(prob: Problem, return_stats: bool, out_bits: int = 8, exact: bool = False,
-                     logit_bits=None):
+                     logit_bits=None, scale_scope: str = "visible"):
     ob = _check_out_bits(out_bits)
     ex = check_bool(exact, "exact")
     return _int8_attention(prob, return_stats, _ibert_core, ibert_scale(ob), ob, ex,
-                           logit_bits)
+                           logit_bits, scale_scope)
 
 
 def _surrogate(core, unit, scores, axis, scale=None, out_bits: int = 8, exact: bool = False):
     """Softmax surrogate front end: int8-quantised scores (``scale=None``: per tensor), the
-    core, ``y * unit``."""
+    core, ``(y * unit, BaselineStats)``."""
     rows, restore = softmax_rows(scores, axis)
     ob = _check_out_bits(out_bits)
     ex = check_bool(exact, "exact")
@@ -782,29 +822,36 @@ def _surrogate(core, unit, scores, axis, scale=None, out_bits: int = 8, exact: b
         x = np.where(fin, xi * np.float64(s), rows).astype(np.float32)
     s = _check_scale(float(s))
     y = np.empty(x.shape, dtype=np.float32)
-    core(x, np.zeros((0, 0), dtype=np.bool_), s, ob, ex, y)
-    return restore((y * np.float32(unit(ob))).astype(np.float32))
+    counts = core(x, np.zeros((0, 0), dtype=np.bool_), s, ob, ex, y)
+    return (restore((y * np.float32(unit(ob))).astype(np.float32)),
+            _stats_from(counts, rows.shape[0]))
 
 
-def _ivit_softmax_scheme(scores, axis, **opts):
+def _ivit_softmax_scheme(scores, axis, return_stats, **opts):
     return _surrogate(_ivit_core, ivit_scale, scores, axis, **opts)
 
 
-def _ibert_softmax_scheme(scores, axis, **opts):
+def _ibert_softmax_scheme(scores, axis, return_stats, **opts):
     return _surrogate(_ibert_core, ibert_scale, scores, axis, **opts)
 
 
 register(Scheme("ivit", "int8 q k v, 8-bit logits, I-ViT Shiftmax (16-bit P, float32 order), "
                 "int32 P v",
-                _ivit_attention, options=("out_bits", "exact", "logit_bits"),
-                stats=BaselineStats, order=90))
+                _ivit_attention, options=("out_bits", "exact", "logit_bits", "scale_scope"),
+                stats=BaselineStats, order=90, mask_floor=MASK_FLOOR,
+                noise=lambda o: "int8_tensor"))
 register(Scheme("ibert", "int8 q k v, I-BERT i-exp integer softmax (float32 order), int32 P v",
-                _ibert_attention, options=("out_bits", "exact", "logit_bits"),
-                stats=BaselineStats, order=100))
+                _ibert_attention, options=("out_bits", "exact", "logit_bits", "scale_scope"),
+                stats=BaselineStats, order=100, mask_floor=MASK_FLOOR,
+                noise=lambda o: "int8_tensor"))
 register(Scheme("ivit", "I-ViT Shiftmax on int8-quantised scores (y * 2**-(out_bits-1))",
-                _ivit_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax"))
+                _ivit_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax",
+                stats=BaselineStats,
+                mask_floor=MASK_FLOOR))
 register(Scheme("ibert", "I-BERT i-exp softmax on int8-quantised scores (y * 2**-out_bits)",
-                _ibert_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax"))
+                _ibert_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax",
+                stats=BaselineStats,
+                mask_floor=MASK_FLOOR))
 
 __all__ = ["ivit_shiftmax", "ibert_softmax", "ivit_scale", "ibert_scale", "BaselineStats",
            "IVIT_N", "IBERT_N", "IVIT_ATTN_LOGIT_BITS", "IVIT_ATTN_OUT_BITS"]

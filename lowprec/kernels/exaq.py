@@ -30,7 +30,7 @@ from numba import prange
 from ..formats._jit import for_size, jit
 from ..stats import IntAttentionStats
 from . import Scheme, register
-from ._check import check_int
+from ._check import check_bool, check_choice, check_int
 from ._scores import (
     ALL_VISIBLE,
     float64_operands,
@@ -39,7 +39,7 @@ from ._scores import (
     nan_rows,
     row_max,
 )
-from .problem import Problem, each_chunk, softmax_rows
+from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, each_chunk, softmax_rows
 
 #: EXAQ's clipping rule ``C = a * sigma + b`` per bit width (attention.md 3, EXAQ Table 1).
 EXAQ_AB = {2: (-1.66, -1.85), 3: (-1.75, -2.06), 4: (-1.83, -2.27)}
@@ -98,13 +98,19 @@ def _exaq_moments(x, lim, vis, has_vis, acc):
     return _exaq_accumulate(x, m, lim, vis, has_vis, acc)
 
 
+#: a key more than this many nats below its row's max that lands on the top level counts as
+#: merged (EXAQ_MERGED): the quantiser gives it the max's weight where softmax gives < 1/e
+MERGE_NATS = 1.0
+
+
 @jit(parallel=True)
-def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
+def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out, merged):
     """EXAQ softmax of float32 scores ``x`` (N, L): max-centred scores clipped to ``[lo, 0]``,
     quantised to ``nlev`` levels ``lo + q delta`` (``q = RNE((x - lo) / delta)``), float64
     softmax rounded to float32; masked keys give 0, rows without a visible key NaN.  Rows run
     in parallel; with quantisation the exponential of each level is computed once per row (the
-    same float64 values, summed in key order)."""
+    same float64 values, summed in key order).  ``merged[r]``: keys of row r more than
+    :data:`MERGE_NATS` below the max that share the max's level."""
     N, L = x.shape
     quant = delta > 0.0 and np.isfinite(delta)
     nl = int(nlev)
@@ -119,6 +125,7 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
                 out[r, j] = np.nan
             continue
         mq = -np.inf
+        nmerged = 0
         for j in range(L):
             if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
                 lev[j] = -1
@@ -135,6 +142,8 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
                 q = min(max(q, 0.0), nlev - 1.0)
                 lev[j] = np.int64(q)
                 xv = lo + q * delta
+                if q == nlev - 1.0 and xc < -MERGE_NATS:
+                    nmerged += 1
             xq[j] = xv
             if xv > mq:
                 mq = xv
@@ -152,6 +161,7 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out):
                 z += xq[j]
         for j in range(L):
             out[r, j] = 0.0 if lev[j] == -1 else np.float32(xq[j] / z)
+        merged[r] = nmerged
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,14 +190,17 @@ def _exaq_params(acc: np.ndarray, bits: int) -> tuple[float, float, float, float
     if n == 0:
         return float("nan"), EXAQ_C_FALLBACK, EXAQ_C_FALLBACK, float("nan")
     mean = s1 / n
-    sigma = math.sqrt(max(s2 / n - mean * mean, 0.0))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf at |scores| ~ 1e154
+        var = float(s2 / n - mean * mean)
+    sigma = math.sqrt(var) if var > 0.0 else (0.0 if var == var else math.nan)
     cval = exaq_clip(sigma, bits)
     lo = max(cval, float(mn))
     delta = (0.0 - lo) / float((1 << bits) - 1)
     return sigma, cval, lo, delta
 
 
-def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
+def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT,
+                 return_stats: bool = False):
     """EXAQ softmax (the ``exaq`` softmax surrogate): clipped ``bits``-bit quantisation of the
     max-centred scores before a float softmax (attention.md 3; seed section 2.3).
 
@@ -203,10 +216,12 @@ def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
             float32).
         axis: the softmax axis.
         bits: 2, 3 or 4.
+        return_stats: also return an :class:`~lowprec.stats.IntAttentionStats` (``rows``,
+            ``empty_rows``, ``logits`` and ``exaq_clip = [sigma, C, lo]``).
 
     Returns:
         float32 probabilities, same shape and kind; ``-inf`` entries give 0; rows with no finite
-        entry, or with NaN or ``+inf``, give NaN.
+        entry, or with NaN or ``+inf``, give NaN.  With ``return_stats``: ``(p, stats)``.
 
     Example:
         >>> exaq_softmax(np.array([0.0, -1.0, -2.0, -30.0], np.float32), bits=2)
@@ -216,45 +231,89 @@ def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT):
     rows, restore = softmax_rows(scores, axis)
     lim = np.full(rows.shape[0], rows.shape[1] - 1, dtype=np.int64)
     dummy = np.ones((1, 1), np.bool_)
+    check_bool(return_stats, "return_stats")
     acc = _exaq_moments(rows, lim, dummy, False, np.array([0.0, 0.0, 0.0, np.inf]))
-    _, _, lo, delta = _exaq_params(acc, b)
+    sigma, C, lo, delta = _exaq_params(acc, b)
     out = np.empty(rows.shape, dtype=np.float32)
-    for_size(_exaq_rows, rows.size)(rows, lim, dummy, False, lo, delta, float(1 << b), out)
-    return restore(out)
+    merged = np.zeros(rows.shape[0], dtype=np.int64)
+    for_size(_exaq_rows, rows.size)(rows, lim, dummy, False, lo, delta, float(1 << b), out,
+                                    merged)
+    res = restore(out)
+    if not return_stats:
+        return res
+    fin = np.isfinite(rows)
+    empty = int(np.count_nonzero(~fin.any(axis=1))) if rows.shape[1] else rows.shape[0]
+    st = IntAttentionStats(calls=1, rows=rows.shape[0], empty_rows=empty,
+                           logits=int(np.count_nonzero(fin)), exaq_merged=int(merged.sum()),
+                           exaq_clip=[[float(sigma), float(C), float(lo)]])
+    return res, st
 
 
 # --------------------------------------------------------------------------------------------
 # the attention scheme
 
 
-def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
+def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
+          scale_scope: str = "visible"):
     """Scheme ``exaq``: float32 scores as ``index_softmax_only``, ``sigma`` over every visible
-    score of the call (first pass, the scores kept), :func:`exaq_softmax`'s quantisation
-    (second pass)."""
+    score of each sequence (``scale_scope="visible"``: the rows that take part of one batch
+    element) or of the whole call (``"tensor"``, the authors' per-call calibration) in a first
+    pass (the scores kept), :func:`exaq_softmax`'s quantisation in a second."""
     b = _check_exaq_bits(bits)
+    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
     B, Lq, Lk = prob.B, prob.Lq, prob.Lk
-    acc = np.array([0.0, 0.0, 0.0, np.inf])
+    if scope == "visible":
+        group = prob.sequences()
+        part = prob.taking_part()[0]
+    else:
+        group = np.zeros(B, dtype=np.int64)
+        part = None
+    ng = int(group.max()) + 1 if B else 1
+    acc = np.tile(np.array([0.0, 0.0, 0.0, np.inf]), (ng, 1))
     q64, k64t, v64 = float64_operands(prob)
     scores = {}
 
-    def moments(g0, g1, r0, r1, rm):  # pass 1: sigma and min over the whole call
+    def entries(g0, g1, r0, r1, lim):
+        """(group, row slice of the chunk, limits with rows not taking part at -1)."""
+        n = r1 - r0
+        for e in range(g0, g1):
+            rs = slice((e - g0) * n, (e - g0 + 1) * n)
+            lm = lim[rs] if part is None else np.where(part[e, r0:r1], lim[rs], -1)
+            yield group[e], rs, lm
+
+    def moments(g0, g1, r0, r1, rm):  # pass 1: sigma and min of each group
         lim, vis, add = rm
         sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
-        _exaq_moments(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, acc)
+        if ng == 1 and part is None:  # one sequence over the chunk, in row-major order
+            _exaq_moments(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, acc[0])
+        else:
+            for g, rs, lm in entries(g0, g1, r0, r1, lim):
+                _exaq_moments(sc[rs], np.ascontiguousarray(lm),
+                              ALL_VISIBLE if vis is None else vis[rs], vis is not None, acc[g])
         scores[g0, r0] = sc
         return 0.0
 
     each_chunk(prob, moments)
-    sigma, cval, lo, delta = _exaq_params(acc, b)
+    params = [_exaq_params(acc[g], b) for g in range(ng)]  # (sigma, C, lo, delta) per group
     empty_rows = 0
+    merged = 0
 
     def quantise(g0, g1, r0, r1, rm):  # pass 2: quantise and normalise
-        nonlocal empty_rows
+        nonlocal empty_rows, merged
         lim, vis, add = rm
         sc = scores.pop((g0, r0))
         P = np.empty(sc.shape, dtype=np.float64)
-        for_size(_exaq_rows, sc.size)(sc, lim, ALL_VISIBLE if vis is None else vis,
-                                      vis is not None, lo, delta, float(1 << b), P)
+        mg = np.zeros(sc.shape[0], dtype=np.int64)
+        n = r1 - r0
+        for e in range(g0, g1):
+            if ng == 1 and e > g0:
+                break  # one group: the whole chunk at once
+            rs = slice(0, sc.shape[0]) if ng == 1 else slice((e - g0) * n, (e - g0 + 1) * n)
+            _, _, lo, delta = params[group[e]]
+            for_size(_exaq_rows, sc[rs].size)(
+                sc[rs], lim[rs], ALL_VISIBLE if vis is None else vis[rs], vis is not None, lo,
+                delta, float(1 << b), P[rs], mg[rs])
+        merged += int(mg.sum())
         empty_rows += nan_rows(P)
         return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
 
@@ -262,20 +321,23 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT):
     st = None
     if return_stats:
         st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows,
-                               logits=int(acc[0]), exaq_clip=[[sigma, cval, lo]])
+                               logits=int(acc[:, 0].sum()), exaq_merged=merged,
+                               exaq_clip=[[sg, cv, lo] for sg, cv, lo, _ in params])
     return out, st
 
 
-def _softmax_exaq(scores, axis, **opts):
-    return exaq_softmax(scores, axis, **opts)
+def _softmax_exaq(scores, axis, return_stats, **opts):
+    return exaq_softmax(scores, axis, return_stats=True, **opts)
 
 
 register(Scheme(
     "exaq",
     "EXAQ: 2/3/4-bit clipped quantisation of the max-centred scores (C = a sigma + b)",
-    _exaq, options=("bits",), stats=IntAttentionStats, order=75,
+    _exaq, options=("bits", "scale_scope"), stats=IntAttentionStats, order=75,
+    mask_floor=MASK_FLOOR,
 ))
 register(Scheme("exaq", "EXAQ clipped low-bit exponent quantisation softmax (bits 2/3/4)",
-                _softmax_exaq, options=("bits",), kind="softmax"))
+                _softmax_exaq, options=("bits",), kind="softmax", stats=IntAttentionStats,
+                mask_floor=MASK_FLOOR))
 
 __all__ = ["exaq_softmax", "exaq_clip", "EXAQ_AB", "EXAQ_BITS_DEFAULT"]

@@ -76,9 +76,9 @@ from ..stats import Stats
 from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, int_input
 from ._hccs_search import DELTA_BINS, DMAX_MAX, I16_T, INT16_MAX, Z_MIN, _histograms, _search
-from ._int8 import quantize_qkv
+from ._int8 import check_positive_scale, quantize_problem, unnormalized
 from ._surrogate import NO_VIS, exact_attend, fill_logits, row_block, vis_block, visibility
-from .problem import Problem, softmax_rows
+from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, rows2d, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (seed hccs.txt)
@@ -89,7 +89,10 @@ I8_T = 255  # eq. 8: int8 output target scale
 INV_SHIFT = 15  # eq. 8: R = INV_SHIFT of the reference implementation
 CLB_T_DEFAULT = 255  # eq. 9 with the int8 target scale T = 255
 U8_MAX = 255  # uint8 output saturation
-OUT_SHIFT_MAX = 16
+#: HCCS's floor reciprocals (``rho = floor(32767 / Z)``, ``Z <= 32767``) keep each row's sum
+#: in (1/2, 1] by design; only a row outside that is unnormalized (a hazard)
+HCCS_NORM_TOL = 0.5
+OUT_SHIFT_MAX = 7  # s * rho <= 255 * 2**15: from out_shift 8 on every i8_div output is 0
 X8_MAX = 127  # symmetric int8 logits
 OBJECTIVES = ("sum", "scale")
 REFINE_DEFAULT = 4  # Dmax values refined over every B
@@ -117,6 +120,9 @@ class HccsStats(Stats):
             small for the call's logits).
         params: per call, the :class:`HccsParams` used (calibrated on the fly or given), as
             plain dicts.
+        unnormalized_rows: pipeline rows (``dequant="scale"``) that see a key and whose
+            probabilities sum more than 50 % away from 1 (the floor reciprocals keep a row's
+            sum in (1/2, 1] by design: ``HCCS_NORM_TOL``), a hazard.
     """
 
     calls: int = 0
@@ -127,6 +133,10 @@ class HccsStats(Stats):
     rho_int16_overflow: int = 0
     logit_saturated: int = 0
     params: list = field(default_factory=list)
+    unnormalized_rows: int = 0
+
+    _hazards = ("out_saturated", "rho_int16_overflow", "logit_saturated", "unnormalized_rows")
+    _key = ("clipped",)
 
 
 
@@ -422,7 +432,8 @@ def hccs_core(x8, B, S, Dmax, path: str = "i16_div", out_shift: int = 0, *,
             with :func:`check_params` for ``n = x8.shape[-1]``.
         path: ``"i16_div"`` (int16, unit 1/32767), ``"i8_div"`` (uint8, unit
             ``2**out_shift/255``) or ``"i8_clb"`` (uint8, unit ``1/clb_T``, saturating).
-        out_shift: extra right shift of the ``i8_div`` output (0..16).
+        out_shift: extra right shift of the ``i8_div`` output (0..7; from 8 on every output
+            would be 0, since ``s * rho <= 255 * 2**15``).
         clb_T: ``i8_clb`` target scale T (1..255, default 255).
         mask: optional bool array broadcastable to ``x8`` (True = take part); masked entries
             give 0, a row with no visible entry gives all zeros (counted as empty).
@@ -449,7 +460,7 @@ def hccs_core(x8, B, S, Dmax, path: str = "i16_div", out_shift: int = 0, *,
     x, was_torch = _int8_logits(x8)
     n = x.shape[-1]
     lead = x.shape[:-1]
-    rows = x.reshape((-1, n)) if n else x.reshape((-1, 0))
+    rows = rows2d(x)
     R = rows.shape[0]
     if n == 0:
         out = np.zeros(x.shape, dtype=np.int16 if code == 0 else np.uint8)
@@ -510,7 +521,7 @@ def _head_rows(h, what: str) -> np.ndarray:
         raise ValueError(f"{what} contains NaN (use -inf to mask an entry)")
     if (a == np.inf).any():
         raise ValueError(f"{what} contains +inf")
-    return a.reshape((-1, a.shape[-1]))
+    return rows2d(a)
 
 
 def _quantize_logits(rows: np.ndarray, s_x: float) -> tuple[np.ndarray, np.ndarray, int]:
@@ -639,7 +650,8 @@ def _check_params_obj(params) -> HccsParams | None:
 
 @jit(parallel=True)
 def _quantized_logits(S, c, add, has_add, xs, vis, x8, logits, keep):
-    """Per row ``r`` (head scale ``xs[r]``): ``t = RNE(fl64(S c (+ add)) / xs)`` clamped to
+    """Per row ``r`` (logit unit ``c[r]``, head scale ``xs[r]``): ``t = RNE(fl64(S c (+ add)) /
+    xs)`` clamped to
     [-127, 127] into int8 ``x8``; with ``keep`` the float64 logits go to ``logits`` too.
     Returns how many visible logits (``vis``; ``(0, 0)`` = all) were clamped."""
     n, L = S.shape
@@ -647,9 +659,10 @@ def _quantized_logits(S, c, add, has_add, xs, vis, x8, logits, keep):
     sat = np.zeros(n, dtype=np.int64)
     for r in prange(n):
         d = xs[r]
+        cr = c[r]
         cnt = 0
         for j in range(L):
-            lg = np.float64(S[r, j]) * c
+            lg = np.float64(S[r, j]) * cr
             if has_add:
                 lg = lg + np.float64(add[r, j])
             if keep:
@@ -665,8 +678,10 @@ def _quantized_logits(S, c, add, has_add, xs, vis, x8, logits, keep):
 
 
 def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = "i16_div",
-                    out_shift: int = 0, clb_T: int = CLB_T_DEFAULT, dequant: str = "scale"):
+                    out_shift: int = 0, clb_T: int = CLB_T_DEFAULT, dequant: str = "scale",
+                    scale_scope: str = "visible"):
     params = _check_params_obj(params)
+    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
     unit = output_scale(path, out_shift, clb_T)
     check_choice(dequant, "dequant", DEQUANTS)
     H = prob.lead[-1] if prob.lead else 1
@@ -683,53 +698,84 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
         out = np.zeros((Bn, Lq, prob.dv), dtype=np.float32)
         st = HccsStats(calls=1, rows=Bn * Lq, empty_rows=Bn * Lq)
         return out, (st if return_stats else None)
-    qz = quantize_qkv(prob.q, prob.k, prob.v)
-    s_v = qz.sv[0]
-    c = np.float64(qz.sq_row[0, 0]) * np.float64(qz.sk[0]) * prob.scale
+    check_positive_scale(prob.scale, "hccs", "its int8 logits x = S * c / x_scale clip at the "
+                         "row max")
+    qz = quantize_problem(prob, scope=scope)
+    c_row = np.repeat(qz.sq_row[:, 0].astype(np.float64) * qz.sk.astype(np.float64)
+                      * prob.scale, Lq)  # the logit unit of each flat row
     head = np.repeat(np.arange(Bn) % H, Lq)  # the head of each flat row
     vis = visibility(prob)
     x8 = np.empty((Bn * Lq, Lk), dtype=np.int8)
+    # calibration groups: each sequence alone ("visible") or the whole call ("tensor")
+    group = prob.sequences() if scope == "visible" else np.zeros(Bn, dtype=np.int64)
+    bounds = np.flatnonzero(np.diff(group)) + 1
+    spans = list(zip(np.r_[0, bounds].tolist(), np.r_[bounds, Bn].tolist(), strict=True))
     if params is None:  # the float64 logits (masked: -inf) of every head, then calibrate
         logits = np.empty((Bn * Lq, Lk), dtype=np.float64)
 
         def keep(rows, S, add):
-            for_size(_quantized_logits, S.size)(S, c, S if add is None else add, add is not None,
-                              np.ones(S.shape[0]), NO_VIS, x8[rows], logits[rows], True)
+            for_size(_quantized_logits, S.size)(S, c_row[rows], S if add is None else add,
+                                                add is not None, np.ones(S.shape[0]), NO_VIS,
+                                                x8[rows], logits[rows], True)
 
         fill_logits(prob, qz, keep)
         if vis.shape[0]:
             logits[~vis] = -np.inf
-        per_head = logits.reshape((Bn // H, H, Lq, Lk))
-        vis_h = vis.reshape(per_head.shape) if vis.shape[0] else \
-            np.ones(per_head.shape, dtype=bool)
-        params = _calibrate_heads(per_head, vis_h, Lk)
-    xs = np.broadcast_to(params.x_scale, (H,))[head]
+        if scope == "visible":  # rows that do not take part (padding) do not calibrate
+            logits[~prob.taking_part()[0].reshape(-1)] = -np.inf
+        fitted = []
+        for e0, e1 in spans:
+            # (entries / H, H, Lq, Lk) by head; a span of fewer entries than heads (3-D inputs,
+            # where the one leading dim is both the batch and HCCS's head dim) leaves the
+            # other heads empty (all masked: not calibrated)
+            h0, n_e = e0 % H, e1 - e0
+            per_head = np.full((-(-(h0 + n_e) // H), H, Lq, Lk), -np.inf)
+            per_head.reshape((-1, Lq, Lk))[h0:h0 + n_e] = \
+                logits[e0 * Lq:e1 * Lq].reshape((n_e, Lq, Lk))
+            seen = per_head > -np.inf
+            # the row length of the constraints (eq. 4, 11): every key of the tensor
+            # ("tensor", the paper's n) or the most keys a row of the sequence sees
+            # ("visible": padding keys neither enter Z nor tighten the constraints)
+            n = Lk if scope == "tensor" else max(1, int(seen.sum(axis=-1).max()))
+            fitted.append(_calibrate_heads(per_head, seen, n))
+    else:
+        fitted = [params] * len(spans)
+    per_row = {n: np.empty(Bn * Lq, dtype=np.float64 if n == "x_scale" else np.int32)
+               for n in ("B", "S", "Dmax", "x_scale")}
+    for (e0, e1), pg in zip(spans, fitted, strict=True):
+        rs = slice(e0 * Lq, e1 * Lq)
+        for n in per_row:
+            per_row[n][rs] = np.broadcast_to(getattr(pg, n), (H,))[head[rs]]
+    xs = per_row["x_scale"]
     sat = 0
 
     def quantise(rows, S, add):
         nonlocal sat
         kernel = for_size(_quantized_logits, S.size)
-        sat += int(kernel(S, c, S if add is None else add, add is not None, xs[rows],
+        sat += int(kernel(S, c_row[rows], S if add is None else add, add is not None, xs[rows],
                           vis[rows] if vis.shape[0] else NO_VIS, x8[rows], _NO_LOGITS, False))
 
     fill_logits(prob, qz, quantise)
-    Bv, Sv, Dv = (np.ascontiguousarray(np.broadcast_to(a, (H,))[head], dtype=np.int32)
-                  for a in (params.B, params.S, params.Dmax))
+    Bv, Sv, Dv = (np.ascontiguousarray(per_row[n]) for n in ("B", "S", "Dmax"))
     P32 = np.empty(x8.shape, dtype=np.int32)
     counts = _core(x8, vis, Bv, Sv, Dv, _check_path(path), _check_out_shift(out_shift, path),
                    _check_clb_t(clb_T), P32)
     O, rowsum = exact_attend(P32.astype(np.float32), prob, qz.v8)
+    s_v = qz.sv.astype(np.float64)[:, None, None]
     if dequant == "scale":
-        out = O * (np.float64(s_v) * unit)
+        out = O * (s_v * unit)
     else:
         with np.errstate(invalid="ignore", divide="ignore"):
-            out = O * np.float64(s_v) / rowsum[..., None]
+            out = O * s_v / rowsum[..., None]
     out = out.astype(np.float32)
     if not return_stats:
         return out, None
     st = _core_stats(counts, Bn * Lq)
     st.logit_saturated = sat
-    st.params = [params.to_dict()]
+    st.params = [pg.to_dict() for pg in fitted] if len(spans) > 1 else [fitted[0].to_dict()]
+    if dequant == "scale":  # with "rowsum" the output is normalised by the sum itself
+        seen = rowsum > 0 if not vis.shape[0] else vis.reshape(Bn, Lq, Lk).any(axis=2)
+        st.unnormalized_rows = unnormalized(rowsum, 1.0 / unit, seen, HCCS_NORM_TOL)
     return out, st
 
 
@@ -759,7 +805,8 @@ def _calibrate_heads(per_head: np.ndarray, vis_h: np.ndarray, n: int) -> HccsPar
 
 
 def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,
-                 path: str = "i16_div", out_shift: int = 0, clb_T: int = CLB_T_DEFAULT):
+                 path: str = "i16_div", out_shift: int = 0, clb_T: int = CLB_T_DEFAULT,
+                 return_stats: bool = False):
     """HCCS as a softmax surrogate on float scores (natural-log units, ``-inf`` masked).
 
     The scores are quantised to int8 with ``params.x_scale`` (``params=None``: calibrated on
@@ -768,7 +815,9 @@ def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,
 
     Returns:
         float32 ``p * unit`` of the scores' shape and kind (see :func:`output_scale`); masked
-        entries 0, rows without a visible entry NaN.
+        entries 0, rows without a visible entry NaN; with ``return_stats``, ``(p, stats)``
+        (:class:`HccsStats`, ``logit_saturated`` counting scores clamped to [-127, 127] by a
+        given ``params.x_scale``).
 
     Raises:
         ValueError: NaN or +inf scores, head mismatch, parameters invalid for the row length.
@@ -779,6 +828,7 @@ def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,
     """
     params = _check_params_obj(params)
     unit = output_scale(path, out_shift, clb_T)
+    check_bool(return_stats, "return_stats")
     rows, restore = softmax_rows(scores, axis)
     n = rows.shape[1]
     if np.isnan(rows).any() or (rows == np.inf).any():
@@ -786,7 +836,9 @@ def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,
     if params is None:
         params = calibrate([rows], n=n) if n and np.isfinite(rows).any() else None
     if params is None:
-        return restore(np.full(rows.shape, np.nan, dtype=np.float32))
+        res = restore(np.full(rows.shape, np.nan, dtype=np.float32))
+        R = rows.shape[0]
+        return (res, HccsStats(calls=1, rows=R, empty_rows=R)) if return_stats else res
     H = params.heads
     if H == 1:
         head = np.zeros(rows.shape[0], dtype=np.int64)
@@ -801,24 +853,31 @@ def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,
     vis = np.isfinite(rows)
     with np.errstate(invalid="ignore"):
         t = np.rint(np.where(vis, rows.astype(np.float64), 0.0) / params.x_scale[head][:, None])
+    sat = int(np.count_nonzero(vis & ((t > X8_MAX) | (t < -X8_MAX))))
     x8 = np.clip(t, -X8_MAX, X8_MAX).astype(np.int8)
-    p = hccs_core(x8, params.B[head], params.S[head], params.Dmax[head], path, out_shift,
-                  clb_T=clb_T, mask=vis)
+    p, st = hccs_core(x8, params.B[head], params.S[head], params.Dmax[head], path, out_shift,
+                      clb_T=clb_T, mask=vis, return_stats=True)
     out = (p.astype(np.float64) * unit).astype(np.float32)
     out[~vis.any(axis=1)] = np.nan
-    return restore(out)
+    if not return_stats:
+        return restore(out)
+    st.logit_saturated = sat
+    return restore(out), st
 
 
-def _hccs_softmax_scheme(scores, axis, **opts):
-    return hccs_softmax(scores, axis, **opts)
+def _hccs_softmax_scheme(scores, axis, return_stats, **opts):
+    return hccs_softmax(scores, axis, return_stats=True, **opts)
 
 
 register(Scheme("hccs", "int8 q k v, HCCS clipped-linear integer softmax (per-head calibrated)",
-                _hccs_attention, options=("params", "path", "out_shift", "clb_T", "dequant"),
-                shape_dependent=("params",), stats=HccsStats, order=80))
+                _hccs_attention, options=("params", "path", "out_shift", "clb_T", "dequant",
+                                          "scale_scope"),
+                shape_dependent=("params",), stats=HccsStats, order=80, mask_floor=MASK_FLOOR,
+                noise=lambda o: "int8_tensor"))
 register(Scheme("hccs", "HCCS clipped-linear integer softmax surrogate on int8 scores",
                 _hccs_softmax_scheme, options=("params", "path", "out_shift", "clb_T"),
-                kind="softmax"))
+                kind="softmax", stats=HccsStats,
+                mask_floor=MASK_FLOOR))
 
 __all__ = ["hccs_core", "check_params", "calibrate", "HccsParams", "HccsStats", "hccs_softmax",
            "output_scale", "PATHS"]

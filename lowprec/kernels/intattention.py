@@ -72,7 +72,14 @@ from ..formats._jit import for_size, jit
 from ..stats import IntAttentionStats
 from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, check_real
-from ._int8 import INT8_QMAX, exact_pv, int_scores, quantize_qkv
+from ._int8 import (
+    INT8_QMAX,
+    check_positive_scale,
+    exact_pv,
+    int_scores,
+    quantize_problem,
+    unnormalized,
+)
 from ._intattention_rows import (
     _I_CLIPPED,
     _I_DOVF,
@@ -98,7 +105,7 @@ from ._scores import (
     float_scores,
     nan_rows,
 )
-from .problem import Problem, check_block, each_chunk, softmax_rows
+from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, check_block, each_chunk, softmax_rows
 
 BITS_DEFAULT = 5  # attention.md 3: b = 5, a 32-entry LUT (paper section 4.4)
 C_DEFAULT = 6.6  # attention.md 3: clipping threshold c (paper section 4.4)
@@ -532,7 +539,8 @@ def _core_stats(info: np.ndarray, B: int, c_rec: np.ndarray, quantized: int = 0,
 
 
 def index_softmax_float(scores, axis: int = -1, *, bits: int = BITS_DEFAULT,
-                        c: float = C_DEFAULT, index_rounding: str = "floor"):
+                        c: float = C_DEFAULT, index_rounding: str = "floor",
+                        return_stats: bool = False):
     """IndexSoftmax on float scores: the ``index_softmax`` softmax surrogate and the softmax of
     the ``index_softmax_only`` baseline (the authors' ``idx_softmax_fp``).
 
@@ -549,11 +557,14 @@ def index_softmax_float(scores, axis: int = -1, *, bits: int = BITS_DEFAULT,
         bits: LUT resolution (1..8).
         c: clipping threshold (natural-log units, > 0).
         index_rounding: ``"floor"`` or ``"nearest"``.
+        return_stats: also return an :class:`IntAttentionStats` (``rows``, ``empty_rows``,
+            ``logits``).
 
     Returns:
         float32 probabilities in [0, 1], same shape and kind as ``scores``: the normalised LUT
         values (not quantised to 8 bits; rows sum to 1 up to float32 rounding).  ``-inf``
         entries give 0; a row with NaN or ``+inf``, or with every entry ``-inf``, gives NaN.
+        With ``return_stats``: ``(p, stats)``.
 
     Raises:
         TypeError / ValueError: non-float scores, bad axis, bad ``bits``, ``c`` or
@@ -566,12 +577,18 @@ def index_softmax_float(scores, axis: int = -1, *, bits: int = BITS_DEFAULT,
     b = _check_bits(bits)
     cf = _check_c(c)
     mode = _index_mode(index_rounding)
+    check_bool(return_stats, "return_stats")
     rows, restore = softmax_rows(scores, axis)
     out = np.empty(rows.shape, dtype=np.float32)
     lim = np.full(rows.shape[0], rows.shape[1] - 1, dtype=np.int64)
     for_size(_float_index_rows, rows.size)(rows, lim, np.ones((1, 1), np.bool_), False,
                       index_lut(b, cf).astype(np.int64), (1 << b) - 1, np.float32(cf), mode, out)
-    return restore(out)
+    if not return_stats:
+        return restore(out)
+    fin = rows > -np.inf
+    empty = int(np.count_nonzero(~fin.any(axis=1))) if rows.shape[1] else rows.shape[0]
+    return restore(out), IntAttentionStats(calls=1, rows=rows.shape[0], empty_rows=empty,
+                                           logits=int(np.count_nonzero(fin)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -583,9 +600,9 @@ def _out_rows(acc: np.ndarray, sv: np.ndarray, pmax: int) -> np.ndarray:
     return (acc.astype(np.float64) * sv.astype(np.float64)[:, None, None]) / float(pmax)
 
 
-def _check_granularity(granularity, block) -> tuple[str, int]:
+def _check_granularity(granularity, block, Lq: int) -> tuple[str, int]:
     g = check_choice(granularity, "granularity", GRANULARITIES)
-    return g, check_block(block, "block")
+    return g, check_block(block, "block", Lq)  # one block of every row = per entry
 
 
 def _check_depth(d: int) -> None:
@@ -596,15 +613,18 @@ def _check_depth(d: int) -> None:
 def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
                   c: float = C_DEFAULT, index_rounding: str = "floor",
                   granularity: str = "per_tensor", block: int = BLOCK_DEFAULT,
-                  deploy: bool = False, neon_tail: bool = False, p_format: str = "uint8"):
+                  deploy: bool = False, neon_tail: bool = False, p_format: str = "uint8",
+                  scale_scope: str = "visible"):
     """Scheme ``intattention`` (module docstring).  Options: ``bits`` (1..8, deploy 1..5),
     ``c``, ``index_rounding``, ``granularity`` (per_tensor, per_channel, per_block), ``block``
-    (per_block query tokens, default 128), ``deploy``, ``neon_tail``, ``p_format``."""
+    (per_block query tokens, default 128), ``deploy``, ``neon_tail``, ``p_format``,
+    ``scale_scope`` (``"visible"``: scales from the rows and keys that take part, per_tensor
+    per sequence; ``"tensor"``: the paper's, over every entry)."""
     dep = check_bool(deploy, "deploy")
     b = _check_bits(bits, 1, 5 if dep else BITS_MAX)
     cf = _check_c(c)
     mode = _index_mode(index_rounding)
-    gran, blk = _check_granularity(granularity, block)
+    gran, blk = _check_granularity(granularity, block, prob.Lq)
     pf = check_choice(p_format, "p_format", P_FORMATS)
     tail = check_bool(neon_tail, "neon_tail")
     if dep and pf != "uint8":
@@ -613,9 +633,9 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
         raise ValueError("neon_tail=True needs deploy=True (it models the NEON kernel's tail)")
     B, Lq, Lk = prob.B, prob.Lq, prob.Lk
     _check_depth(prob.d)
-    if prob.scale <= 0:
-        raise ValueError(f"intattention needs scale > 0 (c_int = c / alpha), got {prob.scale}")
-    qz = quantize_qkv(prob.q, prob.k, prob.v, gran, blk, require_finite=True)
+    check_positive_scale(prob.scale, "intattention", "c_int = c / alpha")
+    qz = quantize_problem(prob, gran, blk, check_choice(scale_scope, "scale_scope",
+                                                        SCALE_SCOPES))
     alpha_row = qz.sq_row.astype(np.float64) * qz.sk.astype(np.float64)[:, None] * prob.scale
     cint_row = clip_threshold(alpha_row, cf, deploy=dep) if alpha_row.size else \
         np.zeros((B, Lq), dtype=np.int64)
@@ -660,6 +680,8 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
     c_rec = cint_row[:, ::qz.block][:, :qz.groups] if Lq else np.zeros((B, 0), np.int64)
     st = _core_stats(info_all.reshape((-1, _N_INFO)), B, np.ascontiguousarray(c_rec),
                      qz.quantized, qz.saturated, msat)
+    seen = info_all[..., _I_VIS] > 0
+    st.unnormalized_rows = unnormalized(info_all[..., _I_PSUM], float(pmax), seen)
     return out, st
 
 
@@ -693,18 +715,20 @@ def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFA
 
 
 def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tensor",
-                block: int = BLOCK_DEFAULT):
-    """Scheme ``quant_only`` (module docstring); ``granularity`` and ``block`` as
-    ``intattention``."""
-    gran, blk = _check_granularity(granularity, block)
+                block: int = BLOCK_DEFAULT, scale_scope: str = "visible"):
+    """Scheme ``quant_only`` (module docstring); ``granularity``, ``block`` and
+    ``scale_scope`` as ``intattention``."""
+    gran, blk = _check_granularity(granularity, block, prob.Lq)
     Lk = prob.Lk
     _check_depth(prob.d)
-    qz = quantize_qkv(prob.q, prob.k, prob.v, gran, blk, require_finite=True)
+    qz = quantize_problem(prob, gran, blk, check_choice(scale_scope, "scale_scope",
+                                                        SCALE_SCOPES))
     scale32 = np.float32(prob.scale)
     empty_rows = 0
+    unnorm = 0
 
     def step(g0, g1, r0, r1, rm):
-        nonlocal empty_rows
+        nonlocal empty_rows, unnorm
         gh, rows = g1 - g0, r1 - r0
         lim, vis, add = rm
         S = int_scores(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1]).reshape((gh * rows, Lk))
@@ -714,7 +738,9 @@ def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tenso
         addr = add.reshape(S.shape) if add is not None else P8
         psum = for_size(_quant_only_rows, S.size)(S, scale32, sq, sk, addr, add is not None, lim,
                                 ALL_VISIBLE if vis is None else vis, vis is not None, P8)
-        empty_rows += int(rm.none_visible(Lk).sum())
+        none = rm.none_visible(Lk)
+        empty_rows += int(none.sum())
+        unnorm += unnormalized(P8.sum(axis=1, dtype=np.float64), float(INT8_QMAX), ~none)
         return _out_rows(exact_pv(P8.reshape((gh, rows, Lk)), qz.v8[g0:g1], psum),
                          qz.sv[g0:g1], INT8_QMAX)
 
@@ -722,7 +748,8 @@ def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tenso
     st = None
     if return_stats:
         st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=empty_rows,
-                               quantized=qz.quantized, saturated=qz.saturated)
+                               quantized=qz.quantized, saturated=qz.saturated,
+                               unnormalized_rows=unnorm)
     return out, st
 
 
@@ -730,8 +757,15 @@ def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tenso
 # Softmax-surrogate front ends and registration
 
 
-def _softmax_index(scores, axis, **opts):
-    return index_softmax_float(scores, axis, **opts)
+def _noise_model(options: dict) -> str:
+    """The q/k rounding of the int8 pipelines for ``Stats.noisy_rows`` (per_block's query
+    scales are finer than one per entry: the entry estimate bounds them)."""
+    return "int8_tensor" if options.get("granularity", "per_tensor") == "per_tensor" \
+        else "int8_entry"
+
+
+def _softmax_index(scores, axis, return_stats, **opts):
+    return index_softmax_float(scores, axis, return_stats=True, **opts)
 
 
 register(Scheme(
@@ -739,22 +773,26 @@ register(Scheme(
     "IntAttention: int8 q/k/v, int32 logits, IndexSoftmax LUT (b=5, c=6.6), UINT8 P",
     _intattention,
     options=("bits", "c", "index_rounding", "granularity", "block", "deploy", "neon_tail",
-             "p_format"),
-    stats=IntAttentionStats, order=50,
+             "p_format", "scale_scope"),
+    stats=IntAttentionStats, order=50, mask_floor=MASK_FLOOR, noise=_noise_model,
 ))
 register(Scheme(
     "quant_only",
     "IntAttention baseline: int8 q/k/v, float32 softmax, P = RNE(127 p) as int8",
-    _quant_only, options=("granularity", "block"), stats=IntAttentionStats, order=60,
+    _quant_only, options=("granularity", "block", "scale_scope"), stats=IntAttentionStats,
+    order=60,
+    mask_floor=MASK_FLOOR, noise=_noise_model,
 ))
 register(Scheme(
     "index_softmax_only",
     "IntAttention baseline: float32 scores with the IndexSoftmax LUT softmax",
     _index_softmax_only, options=("bits", "c", "index_rounding"), stats=IntAttentionStats,
-    order=70,
+    order=70, mask_floor=MASK_FLOOR,
 ))
 register(Scheme("index_softmax", "IndexSoftmax LUT softmax on float scores (b=5, c=6.6)",
-                _softmax_index, options=("bits", "c", "index_rounding"), kind="softmax"))
+                _softmax_index, options=("bits", "c", "index_rounding"), kind="softmax",
+                stats=IntAttentionStats,
+                mask_floor=MASK_FLOOR))
 __all__ = [
     "index_softmax", "index_lut", "clip_threshold", "deploy_multiplier", "index_softmax_float",
     "IntAttentionStats", "BITS_DEFAULT", "C_DEFAULT",

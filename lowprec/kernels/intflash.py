@@ -51,13 +51,16 @@ from . import Scheme, register
 from ._check import check_bool, check_choice, check_real, float_input
 from ._fp import exp2_f32 as _exp2_float
 from ._fp import round_f16 as _round_f16
+from ._int8 import FINITE_WHY, int8_rows, score_chunks
 from ._int8 import INT8_D_MAX as D_MAX
-from ._int8 import int8_rows, score_chunks
 from .problem import (
     LOG2E,
+    MASK_FLOOR,
+    SCALE_SCOPES,
     Problem,
     check_block,
     core_lead,
+    flat_lead,
     int8_input,
     kernel_array,
     mask_planes,
@@ -97,8 +100,7 @@ class IntFlashInputs(NamedTuple):
 
 
 def _float_input(x, what: str) -> np.ndarray:
-    arr = float_input(x, what, min_ndim=2, finite=True,
-                      why="INT-FlashAttention needs finite inputs")
+    arr = float_input(x, what, min_ndim=2, finite=True, why=FINITE_WHY)
     return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
 
 
@@ -111,7 +113,8 @@ def _quantize(x: np.ndarray, ndim: int, scale_dtype: str):
         if not np.isfinite(x16).all():
             raise ValueError("input does not fit float16 (|x| > 65504) for scale_dtype "
                              "'float16'")
-    codes, s, sat = int8_rows(x.reshape((int(np.prod(lead, dtype=np.int64)), -1)),
+    n_lead = int(np.prod(lead, dtype=np.int64))
+    codes, s, sat = int8_rows(x.reshape((n_lead, int(np.prod(x.shape[len(lead):])))),
                               scale_dtype=scale_dtype, zero_scale=0.0)
     return codes.reshape(x.shape), s.astype(np.float32).reshape(lead), sat
 
@@ -338,6 +341,8 @@ class IntFlashStats(Stats):
 
     _COUNTERS = ("tiles", "skipped_tiles", "rescales", "fp16_overflows")  # kernel columns
     _totals = _COUNTERS + ("saturated",)
+    _hazards = ("total_fp16_overflows", "total_saturated")
+    _key = ("total_rescales", "total_skipped_tiles")
 
 
 # ------------------------------------------------------------------------------------------
@@ -451,8 +456,8 @@ def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_
         va = int8_input(v8, "v8")
     lead = core_lead(qa, ka, va)
     check_real(scale, "scale")
-    Br = check_block(block_q, "block_q")
-    Bc = check_block(block_k, "block_k")
+    Br = check_block(block_q, "block_q", qa.shape[-2])
+    Bc = check_block(block_k, "block_k", ka.shape[-2])
     if Bc > BLOCK_K_MAX:
         raise ValueError(f"block_k = {Bc} > {BLOCK_K_MAX}: int32 tile sums of P8 v8 could wrap")
     check_bool(causal, "causal")
@@ -470,8 +475,7 @@ def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_
         sv = _scales(s_v, "s_v", lead).reshape(B)
 
     def flat(a, L, D, dt):
-        return np.ascontiguousarray(np.broadcast_to(a, lead + (L, D)), dtype=dt).reshape(
-            (-1, L, D))
+        return flat_lead(a, lead, L, D, dt)
 
     if half:
         v8f = np.zeros((1, 0, 0), dtype=np.int32)
@@ -500,15 +504,23 @@ def _stats(cnt: np.ndarray, saturated: tuple) -> IntFlashStats:
 
 def _intflash(prob: Problem, return_stats: bool, block_q: int = BLOCK_Q_DEFAULT,
               block_k: int = BLOCK_K_DEFAULT, variant: str = "full",
-              scale_dtype: str = "float32"):
+              scale_dtype: str = "float32", scale_scope: str = "visible"):
     check_choice(variant, "variant", VARIANTS)
-    Br = check_block(block_q, "block_q")
-    Bc = check_block(block_k, "block_k")
+    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
+    Br = check_block(block_q, "block_q", prob.Lq)
+    Bc = check_block(block_k, "block_k", prob.Lk)
     if Bc > BLOCK_K_MAX:
         raise ValueError(f"block_k = {Bc} > {BLOCK_K_MAX}: int32 tile sums of P8 v8 could wrap")
     if prob.d > D_MAX:
         raise ValueError(f"d = {prob.d} > {D_MAX}: int8 dot products could wrap int32")
-    qi = quantize_inputs(prob.q, prob.k, prob.v, scale_dtype=scale_dtype)
+    v = prob.v
+    if scope == "visible" and variant == "full":
+        # q and k have per-token scales; v's per-(batch, head) scale comes from the keys that
+        # take part (a key masked for every row has P = 0: its codes do not matter, so 0)
+        keys = prob.taking_part()[1]
+        if not keys.all():
+            v = np.where(keys[..., None], v, np.float32(0.0))
+    qi = quantize_inputs(prob.q, prob.k, v, scale_dtype=scale_dtype)
     half = variant == "half"
     B = prob.B
     if half:
@@ -535,8 +547,9 @@ register(Scheme(
     "intflash",
     "INT-FlashAttention: per-token int8 q/k, int8 (full) or fp16 (half) v, float32 softmax",
     _intflash,
-    options=("block_q", "block_k", "variant", "scale_dtype"),
-    variants=("variant", VARIANTS), stats=IntFlashStats, order=30,
+    options=("block_q", "block_k", "variant", "scale_dtype", "scale_scope"),
+    variants=("variant", VARIANTS), stats=IntFlashStats, order=30, mask_floor=MASK_FLOOR,
+    noise=lambda o: "int8_token",
 ))
 
 __all__ = ["IntFlashInputs", "IntFlashStats", "quantize_inputs", "intflash_core",

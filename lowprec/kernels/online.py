@@ -431,10 +431,12 @@ def run_engine(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float, cau
     return out, flags, rr.reshape(B, nq).sum(axis=1)
 
 
-def tile_stats(flags: np.ndarray, row_restarts: np.ndarray) -> BapsStats:
-    """One call's :class:`~lowprec.stats.BapsStats` from the engine's per-tile flags."""
+def tile_stats(flags: np.ndarray, row_restarts: np.ndarray, restartable: bool) -> BapsStats:
+    """One call's :class:`~lowprec.stats.BapsStats` from the engine's per-tile flags;
+    ``restartable``: the flow has a restart test (BAPS ``e2e_hif8``), else the restart rates
+    are None."""
     tiles = ((flags == 0) | (flags == 1)).sum(axis=(1, 2)).astype(np.int64)
     restarts = (flags == 1).sum(axis=(1, 2)).astype(np.int64)
     return BapsStats(tiles=[tiles], restarts=[restarts],
                      row_restarts=[np.asarray(row_restarts, dtype=np.int64)], flags=[flags],
-                     calls=1)
+                     calls=1, restartable=int(bool(restartable)))

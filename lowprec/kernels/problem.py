@@ -32,7 +32,7 @@ between batch entries through :func:`mask_planes`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -44,6 +44,13 @@ _IN_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.floa
 _IN_ALLOWED = "float32, float16, bfloat16 (float64 is accepted and rounded to float32 by every " \
     "scheme except 'reference')"
 LOG2E = 1.4426950408889634  # log2(e)
+#: Additive mask values at or below this are "minus infinity" for the integer schemes (the
+#: Scheme record's ``mask_floor``): float16's lowest finite value, and below it the
+#: ``torch.finfo(dtype).min`` that transformers and torch put on padded keys for every float
+#: dtype.  A real additive bias never comes near it (exp(-65504) is 0 in every float format),
+#: but a finite stand-in for -inf would otherwise enter the integer schemes' logit scales and
+#: clipping statistics (issue 12 item 6).  reference, flash and baps add the value as it is.
+MASK_FLOOR = -65504.0
 
 
 @dataclass
@@ -116,6 +123,54 @@ class Problem:
         add = np.where(vis, planes, np.float32(0.0))
         vis2 = None if vis.all() else np.ascontiguousarray(vis.reshape((-1, self.Lk)))
         return RowMask(lim, vis2, add if np.any(add) else None)
+
+    def floored(self, floor: float) -> tuple[Problem, int]:
+        """``(problem, n)``: this problem with every finite additive mask value ``<= floor``
+        made ``-inf`` (a masked key), and how many (plane) entries changed; the problem itself
+        when none does (:data:`MASK_FLOOR`)."""
+        if self.mask is None:
+            return self, 0
+        low = self.mask <= np.float32(floor)
+        low &= self.mask != -np.inf
+        n = int(np.count_nonzero(low))
+        if not n:
+            return self, 0
+        mask = np.where(low, np.float32(-np.inf), self.mask).astype(np.float32)
+        return replace(self, mask=mask), n
+
+    def taking_part(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows (B, Lq), keys (B, Lk))`` boolean: the query rows and keys that take part in
+        the attention (the entries the integer schemes' default ``scale_scope="visible"``
+        takes their int8 scales from).
+
+        A key takes part when some row sees it (causal and mask combined); a query row when it
+        sees a key and, in self-attention (``Lq == Lk``), its own position is a key that takes
+        part: a position masked as a key for every row is padding, and its query row (which
+        a key-padding mask, as transformers builds it, lets see the real keys) is padding too.
+        (With cross-attention of equal lengths that rule can leave out a real query row; its
+        q values then may clamp, counted as ``saturated``; use ``scale_scope="tensor"``.)
+        """
+        B, Lq, Lk = self.B, self.Lq, self.Lk
+        if self.mask is None:
+            keys = np.ones((B, Lk), dtype=bool)
+            rows = np.broadcast_to(self.row_limits() >= 0, (B, Lq)).copy() if Lk else \
+                np.zeros((B, Lq), dtype=bool)
+            return rows, keys
+        vis = self.mask != -np.inf
+        if self.causal:
+            vis = vis & causal_visible(Lq, Lk)[None]
+        rows_p = vis.any(axis=2)
+        keys_p = vis.any(axis=1)
+        if Lq == Lk:
+            rows_p &= keys_p
+        return rows_p[self.mask_map], keys_p[self.mask_map]
+
+    def sequences(self) -> np.ndarray:
+        """int64 ``(B,)``: the sequence (index along the first leading dim, torch SDPA's batch
+        dim ``N``) of each flattened entry; every entry of one sequence (its heads) shares the
+        ``scale_scope="visible"`` per-tensor scales."""
+        per = self.B // self.lead[0] if self.lead and self.lead[0] else max(self.B, 1)
+        return np.arange(self.B, dtype=np.int64) // max(per, 1)
 
     def no_key_rows(self) -> np.ndarray | None:
         """Boolean ``(B, Lq)``: query rows that see no key (causal and mask combined), or None
@@ -226,8 +281,85 @@ def mask_planes(arr: np.ndarray, lead: tuple, Lq: int, Lk: int, what: str, dtype
     mlead = arr.shape[:-2]
     idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
     mmap = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
-    planes = np.broadcast_to(arr, mlead + (Lq, Lk)).reshape((-1, Lq, Lk))
+    planes = np.broadcast_to(arr, mlead + (Lq, Lk)).reshape((idx.size, Lq, Lk))
     return np.ascontiguousarray(planes, dtype=dtype), mmap
+
+
+#: where the integer schemes take their int8 scales from (option ``scale_scope``)
+SCALE_SCOPES = ("visible", "tensor")
+
+#: RMS logit noise (nats) above which a row counts as noisy (``Stats.noisy_rows``)
+NOISE_NATS = 0.5
+#: input rounding models of :func:`logit_noise`
+NOISE_MODELS = ("bfloat16", "int8_tensor", "int8_entry", "int8_token")
+_BF16_STEP2 = 2.0 ** -16 / 12.0  # variance of bf16 rounding per |x|**2: ulp 2**-7, uniform
+
+
+def logit_noise(prob: Problem, model: str | None, parts=None) -> np.ndarray | None:
+    """Estimated RMS noise (nats) of each row's logits ``q_i . k_j * scale`` caused by rounding
+    q and k to a scheme's input format, float64 ``(B, Lq)``; None for ``model=None``.
+
+    Rounding errors are modelled as independent and uniform over half a step on each side, so
+    ``var_i = scale**2 * sum_d (q_id**2 var(dk_d) + E_j[k_jd**2] var(dq_id))`` with ``E_j`` the
+    mean over keys:
+
+    * ``"int8_tensor"`` / ``"int8_entry"``: step ``max|x| / 127`` over the whole tensor / over
+      each (batch, head) entry (``var = step**2 / 12`` for every element);
+    * ``"int8_token"``: q's step per query row, k's per key (INT-FlashAttention);
+    * ``"bfloat16"``: a relative step of ``2**-7`` (``var = x**2 * 2**-14 / 12``).
+
+    ``parts``, the ``(rows, keys)`` of :meth:`Problem.taking_part`, leaves the rows and keys
+    that do not take part out of the maxima and means (padding content is not noise of the real
+    rows; the int8 scales of ``scale_scope="visible"`` ignore it too).
+
+    Exactly representable inputs still get the estimate (it is a bound on the grid, not a
+    measurement).  A row whose estimate exceeds :data:`NOISE_NATS` is where the input format is
+    too coarse for the softmax's sharpness: the schemes' documented error bounds do not cover
+    it (``Stats.noisy_rows``).
+    """
+    if model is None or prob.B == 0 or prob.Lq == 0 or prob.Lk == 0:
+        return None
+    q = prob.q.astype(np.float64)
+    k = prob.k.astype(np.float64)
+    if parts is not None:
+        q = np.where(parts[0][:, :, None], q, 0.0)
+        k = np.where(parts[1][:, :, None], k, 0.0)
+        nk = np.maximum(np.count_nonzero(parts[1], axis=1), 1)[:, None]
+        k2 = np.sum(k * k, axis=1) / nk  # (B, d): E_j[k_jd^2] over the keys taking part
+    else:
+        k2 = np.mean(k * k, axis=1)  # (B, d): E_j[k_jd^2]
+    if model == "bfloat16":
+        var = _BF16_STEP2 * 2.0 * np.einsum("bid,bd->bi", q * q, k2)
+    elif model in ("int8_tensor", "int8_entry"):
+        ax = None if model == "int8_tensor" else (1, 2)
+        sq = np.max(np.abs(q), axis=ax, keepdims=model != "int8_tensor") / 127.0
+        sk = np.max(np.abs(k), axis=ax, keepdims=model != "int8_tensor") / 127.0
+        sq = np.broadcast_to(sq, (prob.B, 1, 1)).reshape(prob.B, 1)
+        sk = np.broadcast_to(sk, (prob.B, 1, 1)).reshape(prob.B, 1)
+        var = (np.sum(q * q, axis=2) * sk * sk + np.sum(k2, axis=1)[:, None] * sq * sq) / 12.0
+    elif model == "int8_token":
+        sq = np.max(np.abs(q), axis=2) / 127.0                      # (B, Lq)
+        sk2 = (np.max(np.abs(k), axis=2) / 127.0) ** 2              # (B, Lk)
+        var = (np.sum(q * q, axis=2) * np.mean(sk2, axis=1)[:, None]
+               + np.sum(k2, axis=1)[:, None] * sq * sq) / 12.0
+    else:
+        raise ValueError(f"noise model {model!r} is not one of {', '.join(NOISE_MODELS)}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.sqrt(var) * abs(prob.scale)
+
+
+def flat_lead(a: np.ndarray, lead: tuple, L: int, D: int, dtype=None) -> np.ndarray:
+    """``a`` broadcast to ``lead + (L, D)`` as a C-contiguous ``(prod(lead), L, D)`` array of
+    ``dtype`` (default: a's); every size may be 0 (the sizes are explicit, never ``-1``)."""
+    nb = int(np.prod(lead, dtype=np.int64))
+    a = np.broadcast_to(a, tuple(lead) + (L, D))
+    return np.ascontiguousarray(a, dtype=dtype).reshape((nb, L, D))
+
+
+def rows2d(a: np.ndarray) -> np.ndarray:
+    """``a (..., n)`` as ``(prod(...), n)`` (a view where possible; empty shapes included)."""
+    n = a.shape[-1] if a.ndim else 1
+    return a.reshape((int(np.prod(a.shape[:-1], dtype=np.int64)), n))
 
 
 def causal_visible(Lq: int, Lk: int) -> np.ndarray:
@@ -316,14 +448,10 @@ def prepare(q, k, v, *, scale=None, causal=False, attn_mask=None, keep_float64=F
     want64 = keep_float64 and all(a.dtype == np.float64 for a in (qa, ka, va))
     dt = np.float64 if want64 else np.float32
 
-    def flat(a, L, D):
-        a = np.broadcast_to(a, lead + (L, D))
-        nb = int(np.prod(lead, dtype=np.int64))
-        return np.ascontiguousarray(a, dtype=dt).reshape((nb, L, D))
-
     mask, mask_map = _prepare_mask(attn_mask, lead, Lq, Lk)
     prob = Problem(
-        q=flat(qa, Lq, d), k=flat(ka, Lk, d), v=flat(va, Lk, dv), scale=s, causal=bool(causal),
+        q=flat_lead(qa, lead, Lq, d, dt), k=flat_lead(ka, lead, Lk, d, dt),
+        v=flat_lead(va, lead, Lk, dv, dt), scale=s, causal=bool(causal),
         mask=mask, mask_map=mask_map, lead=lead, in_dtype=in_dtype,
     )
     return prob, q_torch
@@ -383,9 +511,14 @@ def kernel_array(a: np.ndarray, dtype) -> np.ndarray:
     return a if a.flags.writeable else a.copy()
 
 
-def check_block(value, name: str) -> int:
-    """Validate a tile size (positive int)."""
-    return check_int(value, name, 1, what="a positive int")
+def check_block(value, name: str, cap: int | None = None) -> int:
+    """Validate a tile size (a positive int, any size) and cap it at ``cap`` (the sequence
+    length it tiles, when given): a tile longer than the sequence holds the same rows or keys
+    as one of exactly its length (the padding rows are ignored, the padding keys masked), so
+    the result is the same and memory and time follow the sequence, not the block size.
+    ``block_k=2**64`` is therefore one tile of the whole sequence, not a Numba overflow."""
+    b = check_int(value, name, 1, what="a positive int")
+    return b if cap is None else max(1, min(b, int(cap)))
 
 
 def check_options(options: dict, scheme: str, allowed: tuple) -> None:
@@ -461,6 +594,7 @@ def core_lead(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> tuple:
 
 __all__ = ["Problem", "RowMask", "prepare", "finish", "causal_visible", "check_block",
            "no_key_rows", "kernel_array", "one_blas_thread",
-           "row_chunks", "each_chunk", "mask_planes",
+           "row_chunks", "each_chunk", "mask_planes", "flat_lead", "rows2d",
            "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",
+           "MASK_FLOOR", "logit_noise", "NOISE_NATS", "NOISE_MODELS", "SCALE_SCOPES",
            "is_torch"]

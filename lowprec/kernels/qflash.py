@@ -54,13 +54,16 @@ from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_int, check_real, float_input, int_input
-from ._int8 import int8_rows, quantize_int8, row_scales, score_chunks
+from ._int8 import FINITE_WHY, quantize_int8, row_scales, scoped_amax, score_chunks
 from .problem import (
     INT8_D_MAX,
     LOG2E,
+    MASK_FLOOR,
+    SCALE_SCOPES,
     Problem,
     check_block,
     core_lead,
+    flat_lead,
     int8_input,
     kernel_array,
     mask_planes,
@@ -79,8 +82,8 @@ HAZARD_POLICIES = ("count", "raise")
 
 # counter columns of the kernel (per batch entry)
 (_C_TILES, _C_RESCALES, _C_EXP_OVF, _C_REQ_WRAP, _C_I32_WRAP, _C_OUT_WRAP, _C_ZERO_DEN,
- _C_NEG_EXP) = range(8)
-_NCOUNT = 8
+ _C_NEG_EXP, _C_M_INIT) = range(9)
+_NCOUNT = 9
 _ROWS_PER_TASK = 16
 _TILE32_KEYS = (1 << 31) // (128 * 128) - 1  # keys whose int8 products P8 v8 sum in int32
 
@@ -165,7 +168,7 @@ class QFlashConstants:
 
 
 def _float_array(x, what: str) -> np.ndarray:
-    return np.asarray(float_input(x, what, finite=True, why="QFlash needs finite inputs"),
+    return np.asarray(float_input(x, what, finite=True, why=FINITE_WHY),
                       dtype=np.float64)
 
 
@@ -463,6 +466,7 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
         c_out = 0
         c_zero = 0
         c_neg = 0
+        c_minit = 0
         mb = bmap[b]
         for ii in range(i0, i1):
             i = r0 + ii
@@ -470,6 +474,8 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
             lsum = np.int64(1)
             acc[:] = 0
             lim = i + Lk - Lq
+            vmax = np.int64(-(1 << 62))  # the row's largest visible score (+ bias)
+            seen = False
             for t in range(nk):
                 j0 = t * bk
                 nv = min(bk, Lk - j0)
@@ -489,6 +495,10 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
                         w = _wrap32(raw)
                         if w != raw:
                             c_wrap += 1
+                        if bij > MASK_BIAS:  # a key the row sees
+                            seen = True
+                            if w > vmax:
+                                vmax = w
                     else:
                         w = np.int64(MASK_BIAS)
                     s[jj] = w
@@ -549,6 +559,8 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
                 m = mx
             if lsum == 0:
                 c_zero += 1
+            if seen and vmax < m_init:  # every score below m_init: the row stays at 0
+                c_minit += 1
             fl = np.float32(lsum)
             for c in range(dv):
                 o = _f32_to_i32(np.float32(np.float32(acc[c]) / fl))
@@ -564,6 +576,7 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
         cnt[task, _C_OUT_WRAP] = c_out
         cnt[task, _C_ZERO_DEN] = c_zero
         cnt[task, _C_NEG_EXP] = c_neg
+        cnt[task, _C_M_INIT] = c_minit
     return cnt
 
 
@@ -593,8 +606,13 @@ class QFlashStats(Stats):
             Usually ``requant`` maps that to 0 and it is harmless (masked keys, far keys);
             counted here are the cases where it reaches ``l`` and ``acc`` (large
             amplitudes).
+        m_init_rows: rows that see a key but whose every score (plus bias) lies below
+            ``m_init``: the running max never leaves ``m_init``, every weight ShiftExp2 gives
+            is 0 and the row's output is 0 (issue 12 item 4; e.g. q = 1, k = -1 at d = 128).
         exp_M_zero: calls whose ``exp_M`` was 0 (``s < 2**-17``).
-        constants: per call, the host constants as a dict (empty for core calls).
+        constants: the host constants, one dict per call and sequence (``scale_scope=
+            "visible"``: each batch element has its own scales and constants; ``"tensor"``: one
+            per call; an empty dict for core calls).
         calls: number of calls merged.
     """
 
@@ -606,25 +624,19 @@ class QFlashStats(Stats):
     output_wraps: list = field(default_factory=list)
     zero_denominators: list = field(default_factory=list)
     negative_weights: list = field(default_factory=list)
+    m_init_rows: list = field(default_factory=list)
     exp_M_zero: int = 0
     constants: list = field(default_factory=list)
     calls: int = 0
 
     _COUNTERS = ("tiles", "rescales", "exp_overflows", "requant_wraps", "int32_wraps",
-                 "output_wraps", "zero_denominators", "negative_weights")  # kernel columns
+                 "output_wraps", "zero_denominators", "negative_weights",
+                 "m_init_rows")  # kernel columns
     _totals = _COUNTERS
-    _derived = ("hazards",)
-
-    @property
-    def hazards(self) -> dict:
-        """``{hazard: count}`` of the spec's hazards over everything recorded."""
-        return {"exp_M_zero": self.exp_M_zero,
-                "exp_overflows": self.total_exp_overflows,
-                "requant_wraps": self.total_requant_wraps,
-                "int32_wraps": self.total_int32_wraps,
-                "output_wraps": self.total_output_wraps,
-                "zero_denominators": self.total_zero_denominators,
-                "negative_weights": self.total_negative_weights}
+    _hazards = ("exp_M_zero", "total_exp_overflows", "total_requant_wraps", "total_int32_wraps",
+                "total_output_wraps", "total_zero_denominators", "total_negative_weights",
+                "total_m_init_rows")
+    _key = ("total_rescales",)
 
 
 def _stats_from_counts(cnt: np.ndarray, exp_M_zero: bool, consts: dict | None) -> QFlashStats:
@@ -717,18 +729,16 @@ def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int
     l_M = _int32_scalar(l_M, "l_M")
     acc_M = _int32_scalar(acc_M, "acc_M")
     m_init = _int32_scalar(m_init, "m_init")
-    bk = check_block(block_k, "block_k")
+    bk = check_block(block_k, "block_k", ka.shape[-2])
     division = check_bool(division, "division")
     causal = check_bool(causal, "causal")
     check_bool(return_stats, "return_stats")
     Lq, d = qa.shape[-2:]
     Lk, dv = va.shape[-2:]
 
-    def flat(a, L, D):
-        return np.ascontiguousarray(np.broadcast_to(a, lead + (L, D))).reshape((-1, L, D))
-
     planes, bmap, has_bias = _bias_planes(bias, lead, Lq, Lk)
-    o8, cnt = _run_core(flat(qa, Lq, d), flat(ka, Lk, d), flat(va, Lk, dv), R, exp_M, req_M,
+    o8, cnt = _run_core(flat_lead(qa, lead, Lq, d), flat_lead(ka, lead, Lk, d),
+                        flat_lead(va, lead, Lk, dv), R, exp_M, req_M,
                         l_M, acc_M, bk, planes, bmap, has_bias, causal, m_init, division)
     o8 = o8.reshape(lead + (Lq, dv))
     if return_stats:
@@ -740,18 +750,21 @@ def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int
 # the float pipeline (scheme "qflash")
 
 
-def _mask_bias(prob: Problem, s: float):
-    """int64 bias planes from the additive float mask: -inf -> MASK_BIAS, finite values in
-    score units (``mask * log2(e) / s``, RNE) clipped to ``[-2**20, 2**20]``."""
+def _mask_bias(prob: Problem, s: float, e0: int = 0, e1: int | None = None):
+    """int64 bias planes of entries ``e0 .. e1 - 1`` from the additive float mask: -inf ->
+    MASK_BIAS, finite values in score units (``mask * log2(e) / s``, RNE) clipped to
+    ``[-2**20, 2**20]``; with the per-entry plane map of those entries."""
+    e1 = prob.B if e1 is None else e1
     if prob.mask is None:
-        return np.zeros((1, 0, 0), dtype=np.int64), prob.mask_map, False
-    m = prob.mask.astype(np.float64)
+        return np.zeros((1, 0, 0), dtype=np.int64), prob.mask_map[e0:e1] * 0, False
+    used, mmap = np.unique(prob.mask_map[e0:e1], return_inverse=True)
+    m = prob.mask[used].astype(np.float64)
     masked = np.isneginf(m)
     with np.errstate(invalid="ignore", over="ignore"):
         units = np.rint(np.where(masked, 0.0, m) * LOG2E / s)
     units = np.clip(units, MASK_BIAS, -MASK_BIAS)
     planes = np.where(masked, MASK_BIAS, units).astype(np.int64)
-    return planes, prob.mask_map, True
+    return planes, mmap.astype(np.int64), True
 
 
 def no_key_rows(prob: Problem) -> np.ndarray | None:
@@ -761,38 +774,61 @@ def no_key_rows(prob: Problem) -> np.ndarray | None:
 
 
 def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
-            m_init: int = M_INIT_DEFAULT, division: bool = False, on_hazard: str = "count"):
+            m_init: int = M_INIT_DEFAULT, division: bool = False, on_hazard: str = "count",
+            scale_scope: str = "visible"):
     check_choice(on_hazard, "on_hazard", HAZARD_POLICIES)
-    bk = check_block(block_k, "block_k")
+    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
+    bk = check_block(block_k, "block_k", prob.Lk)
     m_init = _int32_scalar(m_init, "m_init")
     division = check_bool(division, "division")
     if prob.d > D_MAX:
         raise ValueError(f"d = {prob.d} > {D_MAX}: int8 dot products could wrap int32")
-    qkv8, scales = [], []
     for name, x in (("q", prob.q), ("k", prob.k), ("v", prob.v)):
-        float_input(x, name, finite=True, why="QFlash needs finite inputs")
-        codes, sx, _ = int8_rows(x.reshape((1, -1)), scale_dtype="float64", narrow=False,
-                                 what=name)
-        qkv8.append(codes.reshape(x.shape))
-        scales.append(float(sx[0]))
-    c = QFlashConstants.from_scales(*scales, prob.scale)
-    if on_hazard == "raise" and c.exp_M_zero:
-        raise QFlashHazardError(
-            f"exp_M = round(-s * 2**16) = 0 for score unit s = {c.s:.3g} < 2**-17: ShiftExp2 "
-            "does no range reduction (inputs too small for per-tensor int8 QFlash)")
-    q8, k8, v8 = qkv8
-    planes, bmap, has_bias = _mask_bias(prob, c.s)
-    o8, cnt = _run_core(q8, k8, v8, c.R, c.exp_M, c.req_M, c.l_M, c.acc_M, bk, planes,
-                        bmap, has_bias, prob.causal, m_init, division)
-    st = _stats_from_counts(cnt, c.exp_M_zero, c.to_dict())
+        float_input(x, name, finite=True, why=FINITE_WHY)
+    # the per-tensor scales: of each sequence over its rows and keys that take part
+    # ("visible"), or of the whole tensor ("tensor", the authors'); one constant set each
+    B = prob.B
+    if scope == "visible":
+        rows, keys = prob.taking_part()
+        group = prob.sequences()
+        amax = [scoped_amax(x, seen, group) for x, seen in
+                ((prob.q, rows), (prob.k, keys), (prob.v, keys))]
+    else:
+        group = np.zeros(B, dtype=np.int64)
+        amax = [np.full(B, float(np.max(np.abs(x), initial=0.0)), dtype=np.float64)
+                for x in (prob.q, prob.k, prob.v)]
+    s_ent = [np.where(a > 0, a / 127.0, 1.0) for a in amax]  # QFlash's float64 scales
+    bounds = np.flatnonzero(np.diff(group)) + 1
+    out = np.empty((B, prob.Lq, prob.dv), dtype=np.float32)
+    cnt = np.zeros((B, _NCOUNT), dtype=np.int64)
+    consts, zero = [], False
+    for e0, e1 in zip(np.r_[0, bounds].tolist(), np.r_[bounds, B].tolist(), strict=True):
+        sq, sk, sv = (float(s[e0]) for s in s_ent)
+        c = QFlashConstants.from_scales(sq, sk, sv, prob.scale)
+        if on_hazard == "raise" and c.exp_M_zero:
+            raise QFlashHazardError(
+                f"exp_M = round(-s * 2**16) = 0 for score unit s = {c.s:.3g} < 2**-17: "
+                "ShiftExp2 does no range reduction (inputs too small for per-tensor int8 "
+                "QFlash)")
+        q8, k8, v8 = (quantize_int8(x[e0:e1], s_) for x, s_ in
+                      ((prob.q, sq), (prob.k, sk), (prob.v, sv)))
+        planes, bmap, has_bias = _mask_bias(prob, c.s, e0, e1)
+        o8, cg = _run_core(q8, k8, v8, c.R, c.exp_M, c.req_M, c.l_M, c.acc_M, bk, planes,
+                           bmap, has_bias, prob.causal, m_init, division)
+        out[e0:e1] = (o8.astype(np.float64) * c.s_v).astype(np.float32)
+        cnt[e0:e1] = cg
+        consts.append(c.to_dict())
+        zero = zero or c.exp_M_zero
+    st = _stats_from_counts(cnt, zero, None)
+    st.constants = consts
     if on_hazard == "raise":
         bad = {k: n for k, n in st.hazards.items() if n}
         if bad:
             raise QFlashHazardError(
                 "QFlash integer hazards (attention.md 4): "
                 + ", ".join(f"{k}={n}" for k, n in bad.items())
-                + f"; constants R={c.R}, exp_M={c.exp_M}, req_M={c.req_M}")
-    out = (o8.astype(np.float64) * c.s_v).astype(np.float32)
+                + "; constants " + "; ".join(f"R={d['R']}, exp_M={d['exp_M']}, "
+                                              f"req_M={d['req_M']}" for d in consts))
     return out, (st if return_stats else None)
 
 
@@ -800,7 +836,9 @@ register(Scheme(
     "qflash",
     "QFlash integer-only flash attention (per-tensor int8, ShiftExp2, ScaleRelease)",
     _qflash,
-    options=("block_k", "m_init", "division", "on_hazard"), stats=QFlashStats, order=40,
+    options=("block_k", "m_init", "division", "on_hazard", "scale_scope"), stats=QFlashStats,
+    order=40,
+    mask_floor=MASK_FLOOR, noise=lambda o: "int8_tensor",
 ))
 
 __all__ = ["QFlashConstants", "QFlashStats", "QFlashHazardError", "host_constants",

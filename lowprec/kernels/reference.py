@@ -61,12 +61,12 @@ def _reference(prob: Problem, return_stats: bool):
 
 def _flash(prob: Problem, return_stats: bool, block_q: int = BLOCK_Q_DEFAULT,
            block_k: int = BLOCK_K_DEFAULT):
-    bq = check_block(block_q, "block_q")
-    bk = check_block(block_k, "block_k")
+    bq = check_block(block_q, "block_q", prob.Lq)
+    bk = check_block(block_k, "block_k", prob.Lk)
     out, flags, rr = run_engine(prob.q, prob.k, prob.v, scale=prob.scale, causal=prob.causal,
                                 mask=prob.mask, mask_map=prob.mask_map, block_q=bq,
                                 block_k=bk, cfg=EngineConfig(flow=FA2, exp=EXP_FLOAT))
-    return out, (tile_stats(flags, rr) if return_stats else None)
+    return out, (tile_stats(flags, rr, False) if return_stats else None)
 
 
 register(Scheme("reference", "exact softmax attention in float64 (the accuracy oracle)",

@@ -243,7 +243,9 @@ def format_restart_vs_tau(res: dict) -> str:
         paper = PAPER_ARR_NLP.get(tau)
         p = f"{paper:>10.3f}" if paper is not None else f"{'-':>10}"
         e = f"{res['error'][tau]:>9.4f}" if "error" in res else ""
-        lines.append(f"{tau:>4} {res['arr'][i]:>8.3f} {res['prr'][i]:>8.3f} {p} {e}")
+        arr, prr = (f"{'-':>8}" if r is None else f"{r:>8.3f}"  # None: no restart test ran
+                    for r in (res["arr"][i], res["prr"][i]))
+        lines.append(f"{tau:>4} {arr} {prr} {p} {e}")
     if "naive_error" in res:
         lines.append(f"naive_e2e rel.err {res['naive_error']:.4f}")
     for tau in res["taus"]:

@@ -202,7 +202,8 @@ def compare_schemes(workloads: dict, runs: dict | None = None, *, progress: bool
     Returns:
         ``{"workloads": {name: description}, "rows": {label: {workload: metrics}}}`` where
         metrics are :func:`accuracy_metrics` plus ``seconds`` and, for BAPS, ``restart_rate``
-        and ``peak_restart_rate``; a run that raised has ``{"error": message}`` instead.
+        and ``peak_restart_rate`` (None for the configurations without a restart test); a run
+        that raised has ``{"error": message}`` instead.
 
     Example:
         >>> res = compare_schemes(synthetic_workloads(quick=True), scheme_runs(["flash"]))
@@ -227,8 +228,9 @@ def compare_schemes(workloads: dict, runs: dict | None = None, *, progress: bool
             m = accuracy_metrics(out, ref)
             m["seconds"] = time.perf_counter() - t0
             if scheme == "baps" and hasattr(st, "restart_rate"):
-                m["restart_rate"] = float(st.restart_rate)
-                m["peak_restart_rate"] = float(st.peak_restart_rate)
+                # None (null in report.json, "-" in the table) where no restart test ran
+                m["restart_rate"] = st.restart_rate
+                m["peak_restart_rate"] = st.peak_restart_rate
             rows[label][wname] = m
             bar.update()
     bar.close()
@@ -380,8 +382,12 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
     Returns:
         The report dict (what ``report.json`` holds, with a ``"files"`` list).
 
+    Before any work the output folder is checked (created, and a file written in it) and the
+    selected schemes' Numba kernels are compiled or loaded from the disk cache
+    (:func:`lowprec.compile.compile_kernels`, with a progress bar; seconds when cached).
+
     Raises:
-        ValueError: unknown model or scheme name.
+        ValueError: unknown model or scheme name; ``out`` not a writable folder.
         ModelNotInstalledError: a named real model is not installed.
 
     Example:
@@ -390,9 +396,14 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         >>> sorted(rep["synthetic"]["rows"]["flash"])
         ['decoder', 'encoder', 'uniform']
     """
+    from ..cli import check_output_dir
+    from ..compile import compile_kernels
+
     t_start = time.perf_counter()
     runs = scheme_runs(schemes)
     models = resolve_models(model, quick=quick)
+    if out is not None:
+        check_output_dir(out, "out")
     say = echo or (lambda *a, **k: None)
     say(f"lowprec study: {len(runs)} scheme runs, workloads decoder/encoder/uniform"
         f"{', models ' + ', '.join(models) if models else ' (synthetic only)'}"
@@ -405,6 +416,12 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         "runs": {k: {"scheme": s, "options": o} for k, (s, o) in runs.items()},
     }
     timings = {}
+    t0 = time.perf_counter()
+    compiled = compile_kernels(list(runs), [], progress=progress)
+    timings["compile"] = time.perf_counter() - t0
+    if compiled["compiled"]:
+        say(f"compiled {compiled['compiled']} Numba kernels in {timings['compile']:.0f} s "
+            "(cached for later runs)")
     t0 = time.perf_counter()
     report["synthetic"] = compare_schemes(synthetic_workloads(quick, seed=seed), runs,
                                           progress=progress)
@@ -466,7 +483,9 @@ def _cell(m: dict, key: str, spec: str, width: int) -> str:
 
 def format_accuracy(res: dict) -> str:
     """The accuracy table of :func:`compare_schemes`: one row per scheme run, per workload the
-    relative L2 error (%) and SQNR (dB); BAPS restart rates (ARR) on the decoder workload."""
+    relative L2 error (%) and SQNR (dB); BAPS restart rates (ARR) on the decoder workload
+    (``-`` where the run has no restart test: the other schemes, BAPS configurations other
+    than ``e2e_hif8``)."""
     wls = list(res["workloads"])
     head = f"{'scheme':<24}" + "".join(f"{w + ' err%':>14}{'dB':>7}" for w in wls) + \
         f"{'ARR':>7}"
@@ -482,8 +501,8 @@ def format_accuracy(res: dict) -> str:
             if "rel_l2" in m:
                 pct["rel_l2"] = 100 * m["rel_l2"]
             cells += _cell(pct, "rel_l2", ".3f", 14) + _cell(m, "sqnr_db", ".1f", 7)
-        arr = per.get("decoder", {}).get("restart_rate")
-        lines.append(f"{label:<24}{cells}{'' if arr is None else f'{arr:7.3f}'}")
+        arr = _cell(per.get("decoder", {}), "restart_rate", ".3f", 7)
+        lines.append(f"{label:<24}{cells}{arr}")
     errs = [f"  {label} on {w}: {m['error']}" for label, per in res["rows"].items()
             for w, m in per.items() if "error" in m]
     if errs:

@@ -415,8 +415,8 @@ def format_smollm2_restart_rates(res: dict) -> str:
     for i in range(res["layers"]):
         lines.append(f"{i:5d} " + " ".join(_f(res["taus"][t]["per_layer"][i], ".4f", 8)
                                            for t in taus))
-    lines.append("ARR   " + " ".join(f"{res['taus'][t]['arr']:8.4f}" for t in taus))
-    lines.append("PRR   " + " ".join(f"{res['taus'][t]['prr']:8.4f}" for t in taus))
+    lines.append("ARR   " + " ".join(_f(res["taus"][t]["arr"], ".4f", 8) for t in taus))
+    lines.append("PRR   " + " ".join(_f(res["taus"][t]["prr"], ".4f", 8) for t in taus))
     for t in taus:
         ph = np.asarray(res["taus"][t]["per_head"], dtype=float)
         lines.append(f"tau={t}: {res['taus'][t]['restarts']} / {res['taus'][t]['tiles']} "

@@ -25,19 +25,23 @@ and build the mask with ``ALL_MASK_ATTENTION_FUNCTIONS[config._attn_implementati
   the eager additive mask (0 / dtype minimum) outside.  Without this registration transformers
   would build *no* mask for an unknown implementation and padding would silently be attended.
 * :func:`switch_eager` / :func:`restore` (used by ``emulate(..., model=m, hf_eager=True)``,
-  the default): for every ``PreTrainedModel`` inside ``m`` whose class dispatches through the
-  AttentionInterface (``_supports_attention_backend``) and supports SDPA (``_supports_sdpa``),
-  a config whose ``_attn_implementation`` is ``"eager"`` is set to ``"lowprec"`` when the
-  context is entered (or the model watched) and set back to ``"eager"`` when it exits,
-  normally or by exception.  This is the one (reversible) edit :func:`~lowprec.torch.emulate`
+  the default, and without ``model=`` for each top-level model the context meets): for every
+  ``PreTrainedModel`` inside ``m`` whose class dispatches through the AttentionInterface
+  (``_supports_attention_backend``) and supports SDPA (``_supports_sdpa``), a config whose
+  ``_attn_implementation`` is ``"eager"`` is set to ``"lowprec"`` when the context is entered
+  (or the model watched, or, without ``model=``, when the model's outermost module is first
+  called, before its forward runs) and set back to ``"eager"`` when it exits, normally or by
+  exception.  This is the one (reversible) edit :func:`~lowprec.torch.emulate`
   makes to a model; weights, modules and other config fields are never touched, and configs
   with any other implementation (``"sdpa"`` needs nothing) are left alone.
 
 Limits (documented, not hidden):
 
-* Only models given as ``model=`` (or ``run.watch(m)``) are switched.  Without ``model=`` an
-  eager HF model inside ``emulate`` is not emulated, and this cannot be detected (its
-  attention is ordinary matmul + softmax).  ``hf_eager=False`` leaves eager models alone.
+* With ``model=`` only the models given (or ``run.watch(m)``) are switched; without it, the
+  models the context meets through torch's global module hooks (:mod:`lowprec.torch.naming`).
+  An eager model run in a way no module hook sees (its attention function called directly)
+  is not emulated; the context then warns on exit that softmax ran but no attention call was
+  emulated.  ``hf_eager=False`` leaves eager models alone.
 * The switch is per *config object*, not per thread: while a context is active, other threads
   running the same model also go through :func:`attention_forward`.  There it finds no active
   context and computes the eager result, so their outputs are unchanged (or, if that thread
@@ -94,7 +98,7 @@ def register() -> str:
 
 
 def _emulating() -> bool:
-    from .emulate import _active_stack
+    from .context import _active_stack
 
     return bool(_active_stack())
 

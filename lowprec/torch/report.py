@@ -3,12 +3,21 @@ intercepted attention call (:class:`CallRecord`), statistics per module (:class:
 and per context (:class:`EmulationStats`: ``summary()``, ``to_dict()``, ``to_json()``).
 
 Every JSON value goes through :func:`lowprec.stats.to_jsonable` (strict: non-finite floats
-become null) and every SQNR through :func:`lowprec.stats.sqnr_db`.
+become null) and every SQNR through :func:`lowprec.stats.sqnr_db`.  A statistic that does not
+apply is None (``-`` in ``summary()``, null in JSON), never 0: the restart rates of a scheme or
+call without a restart test, SQNR without ``reference=True``, Linear counts without hooks.
+
+The scheme's own counters (``Stats.key_counts()``: its key counters and its hazards, such as
+QFlash's output wraps) are columns of ``summary()``; a hazard that occurred is listed under the
+table with its meaning (:func:`counter_meaning`, taken from the statistics class's docstring).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -130,6 +139,7 @@ class ModuleStats(Stats):
             src = self.scheme_stats.to_dict() if full else _scalar_dict(self.scheme_stats)
             for k, val in src.items():
                 d[f"scheme.{k}"] = val
+            d["hazards"] = dict(self.scheme_stats.hazards)
         if full:
             d["sqnr_db"] = list(self.sqnr_db)
         return {k: to_jsonable(val) for k, val in d.items()}
@@ -171,6 +181,20 @@ class EmulationStats:
             m.signal += signal
             m.noise += noise
 
+    def rename(self, renames: dict) -> None:
+        """Rename modules (``{old: new}``; used by a context without ``model=`` when a larger
+        model absorbs one met before, :mod:`lowprec.torch.naming`): their records move to the
+        new name, merged with what it already has."""
+        if not renames:
+            return
+        for c in self.calls:
+            c.module = renames.get(c.module, c.module)
+        modules: dict[str, ModuleStats] = {}
+        for name, m in self.modules.items():
+            new = renames.get(name, name)
+            modules[new] = m if new not in modules else modules[new].merge(m)
+        self.modules = modules
+
     def total(self) -> ModuleStats:
         """Every module merged into one :class:`ModuleStats`."""
         out = ModuleStats()
@@ -208,29 +232,55 @@ class EmulationStats:
         return text
 
     def summary(self) -> str:
-        """A per-module table: calls, ARR, PRR, SQNR (mean/min dB), Linear saturation and
-        underflow (percent of elements), emulation time; a total line last."""
-        head = ("module", "calls", "ARR", "PRR", "SQNR dB", "SQNR min", "act sat%", "act uf%",
-                "w sat%", "w uf%", "time s")
-        rows = [head]
-        items = list(self.modules.items()) + [("TOTAL", self.total())]
-        for name, m in items:
-            q = m.quant
-            rows.append((
-                name, str(m.calls), _fmt(m.restart_rate, ".4f"), _fmt(m.peak_restart_rate, ".4f"),
-                _fmt(m.sqnr_db_mean, ".1f"), _fmt(m.sqnr_db_min, ".1f"),
-                _fmt(None if q is None else 100 * q.act_saturation, ".3f"),
-                _fmt(None if q is None else 100 * q.act_underflow_rate, ".3f"),
-                _fmt(None if q is None else 100 * q.w_saturation, ".3f"),
-                _fmt(None if q is None else 100 * q.w_underflow_rate, ".3f"),
-                _fmt(m.seconds, ".3f")))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        """A per-module table and a total line: calls; ARR and PRR (BAPS-family schemes, ``-``
+        where no restart test ran); SQNR mean/min in dB (``reference=True``); Linear
+        saturation and underflow in percent of elements (``activations=``/``weights=``); the
+        scheme's key counters (``Stats.key_counts()``; rates as fractions) and those of its
+        hazard counters that are not 0; empty rows; emulation time.  Columns that do not apply
+        to the context are left out.  Under the table: each hazard that occurred, with its
+        meaning, or one line saying that none did."""
+        total = self.total()
+        items = list(self.modules.items()) + [("TOTAL", total)]
+        st = total.scheme_stats
+        keys = list(st.key_counts()) if st is not None else []
+        cols = [("calls", lambda m: str(m.calls), True)]
+        if isinstance(st, BapsStats):
+            cols += [("ARR", lambda m: _fmt(m.restart_rate, ".4f"), True),
+                     ("PRR", lambda m: _fmt(m.peak_restart_rate, ".4f"), True)]
+        cols += [("SQNR dB", lambda m: _fmt(m.sqnr_db_mean, ".1f"), False),
+                 ("SQNR min", lambda m: _fmt(m.sqnr_db_min, ".1f"), False)]
+        for head, attr in (("act sat%", "act_saturation"), ("act uf%", "act_underflow_rate"),
+                           ("w sat%", "w_saturation"), ("w uf%", "w_underflow_rate")):
+            cols.append((head, functools.partial(_quant_pct, attr=attr), False))
+        hazards = list(st.hazards) if st is not None else []
+        for k in keys:  # the key counters always; a hazard column only where one occurred
+            cols.append((k.removeprefix("total_"), functools.partial(_count, key=k),
+                         k not in hazards))
+        cols += [("empty rows", lambda m: str(m.empty_rows), False),
+                 ("time s", lambda m: _fmt(m.seconds, ".3f"), True)]
+        cells = [[fn(m) for _, fn, _ in cols] for _, m in items]
+        keep = [i for i, (_, _, always) in enumerate(cols)
+                if always or any(r[i] not in ("-", "0") for r in cells)]
+        rows = [("module",) + tuple(cols[i][0] for i in keep)]
+        rows += [(name,) + tuple(r[i] for i in keep) for (name, _), r in zip(items, cells,
+                                                                             strict=True)]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = [f"lowprec.emulate scheme={self.scheme} options={self.options}"]
         for j, r in enumerate(rows):
             lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                    for i, (c, w) in enumerate(zip(r, widths, strict=True))))
             if j == 0 or j == len(rows) - 2:
                 lines.append("  ".join("-" * w for w in widths))
+        if hazards and not any(st.hazards.values()):
+            lines.append(f"hazards: none ({', '.join(hazards)} all 0)")
+        if st is not None:
+            for k, n in st.hazards.items():
+                if n:
+                    where = [name for name, m in self.modules.items()
+                             if m.scheme_stats is not None and m.scheme_stats.hazards.get(k)]
+                    lines.append(f"! hazard {k} = {n} in {len(where)} module(s) "
+                                 f"({', '.join(where[:3])}{', ...' if len(where) > 3 else ''}):"
+                                 f" {counter_meaning(type(st), k)}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -242,9 +292,82 @@ def _fmt(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _quant_pct(m: ModuleStats, attr: str) -> str:
+    return "-" if m.quant is None else format(100 * getattr(m.quant, attr), ".3f")
+
+
+def _count(m: ModuleStats, key: str) -> str:
+    if m.scheme_stats is None:
+        return "-"
+    v = m.scheme_stats.key_counts().get(key)
+    if isinstance(v, float):
+        return format(v, ".4f")
+    return "-" if v is None else str(v)
+
+
+#: counters documented outside a statistics class's ``Attributes:`` section
+_MEANINGS = {"nonfinite_rows": "rows that see a key but whose output is NaN or +-Inf (a float32 "
+                               "overflow, Inf or NaN inputs, ...; counted by lowprec.attention "
+                               "for every scheme)"}
+
+
+def counter_meaning(cls: type, name: str) -> str:
+    """What counter ``name`` of statistics class ``cls`` counts: its entry in the
+    ``Attributes:`` section of the class's (or a base class's) docstring, ``total_`` prefix
+    ignored; a pointer to the class when it is not documented there.
+
+    Example:
+        >>> counter_meaning(BapsStats, "restarts")
+        'per call, int64 array ``(B,)`` of those that restarted.'
+    """
+    docs = _attribute_docs(cls)
+    for key in (name, name.removeprefix("total_")):
+        if key in _MEANINGS:
+            return _MEANINGS[key]
+        if key in docs:
+            return docs[key]
+    return f"a counter of {cls.__name__} (see its documentation)"
+
+
+@functools.cache
+def _attribute_docs(cls: type) -> dict:
+    """``{attribute: description}`` from the ``Attributes:`` sections of ``cls``'s MRO."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        doc = klass.__dict__.get("__doc__")
+        if not doc:
+            continue
+        indent, current = None, []
+        in_attrs = False
+        for line in inspect.cleandoc(doc).splitlines():
+            stripped = line.strip()
+            if stripped == "Attributes:":
+                in_attrs, indent, current = True, None, []
+                continue
+            if not in_attrs:
+                continue
+            ind = len(line) - len(line.lstrip())
+            if not stripped:
+                current = []
+                continue
+            if ind == 0:  # the next section
+                in_attrs = False
+                continue
+            indent = ind if indent is None else indent
+            m = re.match(r"([\w, ]+):\s*(.*)$", stripped)
+            if ind == indent and m:
+                current = [n.strip() for n in m.group(1).split(",") if n.strip()]
+                for n in current:
+                    out[n] = m.group(2)
+            elif ind > indent:
+                for n in current:
+                    out[n] += " " + stripped
+    return out
+
+
 def _scalar_dict(st: Stats) -> dict:
     return {k: to_jsonable(v) for k, v in st.to_dict().items()
             if isinstance(v, (int, float, bool, str)) or v is None}
 
 
-__all__ = ["CallRecord", "ModuleStats", "EmulationStats"]
+__all__ = ["CallRecord", "ModuleStats", "EmulationStats", "counter_meaning"]

@@ -2,11 +2,9 @@
 
 design.md "PyTorch integration"; specs/attention.md sections 0 and 8::
 
-    from lowprec.torch import emulate
+    from lowprec.torch import emulate          # or lowprec.emulate
     with torch.no_grad(), emulate("baps", config="e2e_hif8", tau=1, model=model) as run:
         out = model(x)
-from .report import CallRecord, EmulationStats, ModuleStats
-from .sdpa import bind_sdpa, combine, empty_rows, materialize_mask, powers, repeat_kv
     print(run.stats.summary())          # per module: calls, ARR/PRR, SQNR, saturation...
     run.stats.to_dict()                 # {module: {stat: value}}, JSON-ready
     run.stats.restart_rate              # ARR over every call
@@ -14,32 +12,55 @@ from .sdpa import bind_sdpa, combine, empty_rows, materialize_mask, powers, repe
 How it works
 ------------
 * A ``torch.overrides.TorchFunctionMode`` is pushed on entry and popped on exit (normally or by
-  exception).  Inside it every ``torch.nn.functional.scaled_dot_product_attention`` call is
-  answered by :func:`lowprec.attention` with the chosen scheme; every other torch call passes
-  through unchanged.  Nothing global is patched: torch keeps its mode stack per thread, so a
-  context affects only the thread that entered it, and code that computes attention by hand
-  (matmul + softmax) is not touched.
+  exception).  Inside it every ``torch.nn.functional.scaled_dot_product_attention`` call (also
+  made as ``torch.ops.aten.scaled_dot_product_attention``) is answered by
+  :func:`lowprec.attention` with the chosen scheme; every other torch call passes through
+  unchanged.  Nothing global is patched: torch keeps its mode stack per thread, so a context
+  affects only the thread that entered it (and must be left there).
+* ``nn.MultiheadAttention`` and through it ``nn.TransformerEncoderLayer`` /
+  ``TransformerDecoderLayer`` / ``nn.Transformer``: under a function mode torch skips their
+  fused fast paths and calls ``F.multi_head_attention_forward``, which the mode receives as one
+  call; it answers it with :func:`lowprec.torch.mha.mha_forward`, whose attention core goes
+  through the same emulated SDPA path (attribution, statistics, masks, empty rows).  With
+  ``need_weights=True`` (``nn.MultiheadAttention``'s default) the output is emulated and the
+  returned weights are torch's float ``softmax(q k^T / sqrt(d) + mask)``.  MHA's projections
+  are parameters used inside that function, not ``nn.Linear`` calls: ``activations=`` /
+  ``weights=`` do not quantize them.  torch's private fused attention functions
+  (``torch._native_multi_head_attention``, ``torch._transformer_encoder_layer_fwd``,
+  ``torch._scaled_dot_product_*``, ...) are never called by torch's modules under a mode; a
+  direct call runs unemulated and is reported by a warning on exit.
 * Contexts nest; the innermost active context of the thread alone is in effect (its scheme, its
   Linear hooks, its statistics); the outer one resumes when the inner one exits.
-* Models passed as ``model=`` (a module, a list of modules or ``{prefix: module}``) or later
-  with ``run.watch(m)`` get a forward pre-hook and a forward hook (``always_call=True``) on
-  every submodule for the context's lifetime; they keep a per-thread stack of running modules,
-  and each intercepted call is attributed to the innermost running module's qualified name
-  (``"<root>"`` for the model itself, ``"<unknown>"`` outside every watched module; an inner
-  context that watches nothing uses its enclosing contexts' modules).  The hooks do nothing in
-  other threads and are removed on exit.
+* Module names.  Models passed as ``model=`` (a module, a list of modules or
+  ``{prefix: module}``) or later with ``run.watch(m)`` get a forward pre-hook and a forward
+  hook (``always_call=True``) on every submodule for the context's lifetime; each intercepted
+  call is attributed to the innermost running watched module's qualified name (``"<root>"`` for
+  the model itself, ``"<unknown>"`` outside every watched module; an inner context that watches
+  nothing uses its enclosing contexts' modules).  Without ``model=`` the context installs
+  torch's global module hooks for its lifetime and names modules from the outermost module
+  called (:mod:`lowprec.torch.naming`): ``with emulate("flash"): model(x)`` gives the names
+  ``model=model`` gives.  Either way the hooks do nothing in other threads and are removed on
+  exit; ``"<unknown>"`` remains for SDPA called outside every module.
 * ``activations=`` / ``weights=`` fake-quantize ``nn.Linear`` inputs and weights of the watched
   models (:mod:`lowprec.torch.hooks`); parameters are never written.
 * HuggingFace transformers models loaded with ``attn_implementation="eager"`` compute attention
   by hand and would escape the interception.  With ``hf_eager=True`` (default) each such model
-  among the watched ones (``model=`` / ``run.watch``) has its config's ``_attn_implementation``
-  switched from ``"eager"`` to ``"lowprec"`` for the context's lifetime and restored on exit
-  (normally or by exception): the one reversible edit made to a model.  ``"lowprec"`` is an
-  attention function registered with transformers' ``AttentionInterface`` (and its mask with
-  ``AttentionMaskInterface``) that makes the model's SDPA call, so eager and ``"sdpa"`` models
-  are emulated alike; in a thread with no active context it computes the eager result.  The
-  switch is per model, not per thread; models not watched are not switched (this cannot be
-  detected).  Details and limits: :mod:`lowprec.torch.hf`.  ``run.hf_switched`` lists them.
+  among the watched ones (``model=`` / ``run.watch``), or, without ``model=``, inside each
+  top-level model the context meets (switched in the outermost module's forward pre-hook,
+  before its forward runs), has its config's ``_attn_implementation`` switched from
+  ``"eager"`` to ``"lowprec"`` until the context exits (normally or by exception): the one
+  reversible edit made to a model.  ``"lowprec"`` is an attention function registered with
+  transformers' ``AttentionInterface`` (and its mask with ``AttentionMaskInterface``) that
+  makes the model's SDPA call, so eager and ``"sdpa"`` models are emulated alike; in a thread
+  with no active context it computes the eager result.  The switch is per model, not per
+  thread.  Details and limits: :mod:`lowprec.torch.hf`.  ``run.hf_switched`` lists them.
+* Warnings (``UserWarning``, each at most once per context): on the first call whose scheme
+  statistics report a hazard (``Stats.hazards``: a wrap, an overflow, a non-finite row...),
+  naming the counter, the module and what it counts; on a normal exit, when no attention call
+  was emulated although softmax was computed (attention by hand) or modules ran (a model
+  without SDPA), and when torch's fused attention functions were called directly.
+* The first use of a scheme may compile Numba kernels for seconds; that is logged once per
+  process (INFO, logger ``"lowprec"``; :mod:`lowprec.compile`, ``lowprec compile``).
 
 SDPA semantics reproduced: :mod:`lowprec.torch.sdpa`; the report model (records, per-module
 statistics, summary, JSON): :mod:`lowprec.torch.report`.
@@ -65,7 +86,8 @@ from .hooks import (
     fake_quant,
     selected,
 )
-from .report import CallRecord, EmulationStats, ModuleStats
+from .naming import ROOT_MODULE, AutoNames
+from .report import CallRecord, EmulationStats, ModuleStats, counter_meaning
 from .sdpa import bind_sdpa, combine, empty_rows, materialize_mask, powers, repeat_kv
 
 SHORTHANDS = {  # design.md "PyTorch integration": scheme shorthands -> (scheme, options)
@@ -73,10 +95,8 @@ SHORTHANDS = {  # design.md "PyTorch integration": scheme shorthands -> (scheme,
     "e4m3": ("baps", {"config": "exp2_e4m3"}),
     "e5m2": ("baps", {"config": "exp2_e5m2"}),
 }
-UNKNOWN_MODULE = "<unknown>"  # calls made outside every watched module
-ROOT_MODULE = "<root>"  # the name of a watched model itself (torch's qualified name "")
+UNKNOWN_MODULE = "<unknown>"  # calls made outside every named module
 EMPTY_ROWS = ("zero", "nan")
-# options whose validity depends on the problem's shape: no test call at entry with them
 _TLS = threading.local()  # .stack: active Emulation objects of this thread, innermost last
 
 
@@ -86,13 +106,6 @@ def _active_stack() -> list:
         st = _TLS.stack = []
     return st
 
-
-# --------------------------------------------------------------------------------------------
-# statistics (no torch dependency)
-
-
-# --------------------------------------------------------------------------------------------
-# the context
 
 # --------------------------------------------------------------------------------------------
 # the context
@@ -160,7 +173,8 @@ class Emulation:
         scheme, options: the lowprec scheme and its options (shorthands resolved).
         stats: :class:`EmulationStats` (filled while the context is active; kept after).
         reference: whether each call also computes float32 SDPA for the SQNR.
-        hf_eager: whether eager-attention HF models among the watched ones are switched.
+        hf_eager: whether eager-attention HF models (watched, or met without ``model=``) are
+            switched.
         hf_switched: qualified names of the HF models whose config this context switched
             (set while active; see :mod:`lowprec.torch.hf`).
     """
@@ -197,22 +211,37 @@ class Emulation:
         self._wcache: dict[int, tuple] = {}  # id(module) -> (param, version, quantized weight)
         self._handles: list = []
         self._mstack: list = []             # (name, module) of running watched modules
+        self._auto: AutoNames | None = None  # names without model= (lowprec.torch.naming)
+        self._astack: list = []             # (name, module) of running modules, auto-named
+        self._hf_roots: set[int] = set()    # ids of auto-named models given to _hf_switch
         self._mode = None
         self._thread = None
         self._active = False
         self._warned_device = False
+        self._warned_hazard = False
+        self._modules_run = 0               # module calls seen by this context's hooks
+        self._softmax_calls = 0             # softmax calls seen by the mode (item 18)
+        self._attention_seen = 0            # attention calls intercepted while active (any ctx)
+        self._escaped: dict[str, int] = {}  # fused torch attention functions met, not emulated
 
     # ---- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> Emulation:
         if self._active:
             raise RuntimeError("this emulate context is already active; create a new one")
+        from ..compile import watch_compilation
+
+        watch_compilation()
         self._thread = threading.get_ident()
-        self._mstack = []
+        self._mstack, self._astack = [], []
+        self._modules_run = self._softmax_calls = self._attention_seen = 0
+        self._escaped = {}
         self._mode = _mode_class()(self)
         try:
             for prefix, m in self._pending:
                 self._install(m, prefix)
                 self._hf_switch(m, prefix)
+            if not self._pending:
+                self._install_auto()
             self._mode.__enter__()
         except BaseException:
             self._remove_hooks()
@@ -223,6 +252,9 @@ class Emulation:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        if self._active and threading.get_ident() != self._thread:
+            raise RuntimeError("an emulate context must be left in the thread that entered it "
+                               "(torch keeps its function modes per thread)")
         self._active = False
         st = _active_stack()
         if self in st:
@@ -233,9 +265,37 @@ class Emulation:
             self._mode = None
             self._remove_hooks()
             self._hf_restore()
-            self._mstack = []
+            self._mstack, self._astack = [], []
             self._wcache.clear()
+        if exc_type is None:
+            self._warn_nothing_emulated()
         return False
+
+    def _warn_nothing_emulated(self) -> None:
+        """Item 18: modules ran or softmax was computed, but no attention call was emulated;
+        and fused torch attention functions met (never emulated)."""
+        where = f"lowprec.emulate({self.scheme!r})"
+        if self._escaped:
+            names = ", ".join(f"{k} ({n}x)" for k, n in self._escaped.items())
+            warnings.warn(f"{where}: {names} computed attention in one of torch's fused kernels, "
+                          "which lowprec does not emulate (called directly, not through "
+                          "F.scaled_dot_product_attention or nn.MultiheadAttention): those "
+                          "results are torch's float attention", UserWarning, stacklevel=3)
+        if self._attention_seen or not (self._modules_run or self._softmax_calls):
+            return  # attention was emulated, or nothing ran at all
+        quantized = any(m.quant is not None for m in self.stats.modules.values())
+        if self._softmax_calls:
+            why = (f"{self._softmax_calls} softmax call(s) ran: attention written by hand "
+                   "(matmul + softmax) is not emulated")
+        elif quantized:
+            return  # a Linear-quantization context on a model without attention
+        else:
+            why = (f"{self._modules_run} module call(s) ran, none of them calling "
+                   "F.scaled_dot_product_attention or nn.MultiheadAttention")
+        warnings.warn(f"{where}: no attention call was emulated; {why}. lowprec emulates "
+                      "F.scaled_dot_product_attention, nn.MultiheadAttention (and the "
+                      "nn.Transformer layers) and transformers models with attention "
+                      "'sdpa' or 'eager' (hf_eager=True)", UserWarning, stacklevel=3)
 
     @property
     def active(self) -> bool:
@@ -291,12 +351,27 @@ class Emulation:
             self._handles.append(
                 mod.register_forward_hook(partial(self._post, qual), always_call=True))
 
+    def _install_auto(self) -> None:
+        """No ``model=``: name modules with torch's global module hooks (item 9;
+        :mod:`lowprec.torch.naming`)."""
+        from torch.nn.modules import module as nn_module
+
+        self._auto = AutoNames()
+        self._hf_roots = set()
+        self._handles.append(nn_module.register_module_forward_pre_hook(self._auto_pre))
+        self._handles.append(nn_module.register_module_forward_hook(self._auto_post,
+                                                                    always_call=True))
+
     def _remove_hooks(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []
         self._names.clear()
         self._qsel.clear()
+        if self._auto is not None:
+            self._auto.clear()
+            self._auto = None
+        self._hf_roots = set()
 
     # ---- hooks ------------------------------------------------------------------------------
     def _mine(self) -> bool:
@@ -309,6 +384,7 @@ class Emulation:
     def _pre(self, qual, module, args):
         if not self._mine():
             return None
+        self._modules_run += 1
         self._mstack.append((qual, module))
         if self.activations is None or id(module) not in self._qsel or not self._innermost():
             return None
@@ -326,12 +402,30 @@ class Emulation:
         return (xq,) + tuple(args[1:])
 
     def _post(self, qual, module, args, output):
+        if self._mine():
+            _pop(self._mstack, module)
+        return None
+
+    def _auto_pre(self, module, args):
         if not self._mine():
             return None
-        for i in range(len(self._mstack) - 1, -1, -1):
-            if self._mstack[i][1] is module:
-                del self._mstack[i:]
-                break
+        self._modules_run += 1
+        outermost = not self._astack
+        name, renames = self._auto.meet(module)
+        if renames:
+            self.stats.rename(renames)
+        if outermost:
+            root = self._auto.root_of(module)
+            if id(root) not in self._hf_roots:  # a new top-level model: eager HF models in it
+                self._hf_roots.add(id(root))
+                prefix = name if root is module and name != ROOT_MODULE else ""
+                self._hf_switch(root, prefix)
+        self._astack.append((name, module))
+        return None
+
+    def _auto_post(self, module, args, output):
+        if self._mine():
+            _pop(self._astack, module)
         return None
 
     def _qstats(self, qual: str) -> QuantStats:
@@ -341,9 +435,14 @@ class Emulation:
         return m.quant
 
     def _module_name(self) -> str:
-        for ctx in reversed(_active_stack()):
-            if ctx._mstack:
-                return ctx._mstack[-1][0]
+        """The innermost running module of the watched models (``model=``, ``watch``) of the
+        thread's active contexts, else the innermost auto-named one, else ``"<unknown>"``."""
+        stack = _active_stack()
+        for attr in ("_mstack", "_astack"):
+            for ctx in reversed(stack):
+                running = getattr(ctx, attr)
+                if running:
+                    return running[-1][0]
         return UNKNOWN_MODULE
 
     # ---- F.linear weights ---------------------------------------------------------------------
@@ -384,6 +483,8 @@ class Emulation:
 
         from ..kernels import attention
 
+        for ctx in _active_stack():  # intercepted (even if it raises below): no exit warning
+            ctx._attention_seen += 1
         q, k, v, mask, dropout_p, is_causal, scale, gqa = bind_sdpa(args, kwargs)
         for name, t in (("query", q), ("key", k), ("value", v)):
             if not isinstance(t, torch.Tensor):
@@ -438,10 +539,60 @@ class Emulation:
         rec = CallRecord(len(self.stats.calls), self._module_name(), tuple(q.shape),
                          tuple(k.shape), tuple(v.shape), str(q.dtype), bool(is_causal),
                          mask is not None, bool(gqa), seconds, sq, n_empty, st)
-        self.stats.record(rec, signal, noise)
+        self._record(rec, signal, noise)
         if out.device != device:
             out = out.to(device)
         return out
+
+    def _record(self, rec: CallRecord, signal: float, noise: float) -> None:
+        self.stats.record(rec, signal, noise)
+        if self._warned_hazard or rec.stats is None:
+            return
+        hit = {k: n for k, n in rec.stats.hazards.items() if n}
+        if not hit:
+            return
+        self._warned_hazard = True
+        what = "; ".join(f"{k} = {n} ({counter_meaning(type(rec.stats), k)})"
+                         for k, n in hit.items())
+        warnings.warn(f"lowprec.emulate({self.scheme!r}): hazard in {rec.module} (call "
+                      f"{rec.index}): {what}. Outputs of such calls may be wrong or degraded "
+                      "beyond the scheme's documented behaviour; run.stats.summary() shows the "
+                      "counters per module (warned once per context)", UserWarning,
+                      stacklevel=_user_stacklevel())
+
+    # ---- nn.MultiheadAttention ------------------------------------------------------------------
+    def _mha(self, sdpa, args, kwargs):
+        """``F.multi_head_attention_forward`` (nn.MultiheadAttention, nn.Transformer*Layer) with
+        its attention core answered by :meth:`_sdpa` (:mod:`lowprec.torch.mha`)."""
+        from .mha import mha_forward
+
+        def attend(q, k, v, attn_mask=None, is_causal=False, dropout_p=0.0):
+            return self._sdpa(sdpa, (q, k, v), {"attn_mask": attn_mask, "dropout_p": dropout_p,
+                                                "is_causal": is_causal})
+
+        return mha_forward(attend, *args, **kwargs)
+
+
+def _pop(stack: list, module) -> None:
+    """Remove ``module``'s entry (and any left above it by an exception) from a module stack."""
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i][1] is module:
+            del stack[i:]
+            return
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of a warning that points at the first frame outside torch and
+    lowprec (the user's line running the model)."""
+    f = sys._getframe(1)
+    level = 1
+    while f is not None:
+        mod = f.f_globals.get("__name__", "")
+        if not (mod.startswith(("lowprec.", "torch", "transformers")) or mod == "lowprec"):
+            return level
+        f = f.f_back
+        level += 1
+    return 2
 
 
 def _no_grad_check(tensors, what: str) -> None:
@@ -460,14 +611,23 @@ def _mode_class():
     global _MODE_CLS
     if _MODE_CLS is not None:
         return _MODE_CLS
+    import torch
     import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
 
     sdpa = F.scaled_dot_product_attention
+    aten = torch.ops.aten
+    sdpas = {sdpa, aten.scaled_dot_product_attention, aten.scaled_dot_product_attention.default}
+    mha = F.multi_head_attention_forward
     linear = F.linear
+    softmaxes = {F.softmax, torch.softmax, torch.Tensor.softmax, torch.special.softmax,
+                 torch._softmax, aten.softmax.int, aten._softmax.default}
+    fused = _fused_attention_functions()
 
     class EmulationMode(TorchFunctionMode):
-        """Routes SDPA (and F.linear for weight hooks) of one :class:`Emulation`."""
+        """Routes the attention calls of one :class:`Emulation`: SDPA (also as the aten op),
+        ``F.multi_head_attention_forward``; F.linear for the weight hooks; counts softmax
+        calls and fused torch attention functions (never emulated) for the exit warnings."""
 
         def __init__(self, run: Emulation):
             super().__init__()
@@ -477,21 +637,64 @@ def _mode_class():
             if kwargs is None:
                 kwargs = {}
             run = self.run
-            if func is sdpa:
+            if func in sdpas:
                 if run._innermost():
                     return run._sdpa(func, args, kwargs)
-            elif func is linear and run.weights is not None:
-                return run._linear(func, args, kwargs)
+            elif func is mha:
+                if run._innermost():
+                    return run._mha(sdpa, args, kwargs)
+            elif func is linear:
+                if run.weights is not None:
+                    return run._linear(func, args, kwargs)
+            elif func in softmaxes:
+                if run._innermost():
+                    run._softmax_calls += 1
+            elif func in fused and run._innermost():
+                name = fused[func]
+                run._escaped[name] = run._escaped.get(name, 0) + 1
             return func(*args, **kwargs)
 
     _MODE_CLS = EmulationMode
     return _MODE_CLS
 
 
+#: torch's private fused attention functions: under a TorchFunctionMode torch's own modules
+#: never call them (their fast paths check for one), so only a direct call reaches them
+FUSED_ATTENTION = (
+    "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
+    "_scaled_dot_product_attention_math", "_scaled_dot_product_attention_math_for_mps",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable", "_flash_attention_forward",
+    "_efficient_attention_forward", "_triton_multi_head_attention", "_triton_scaled_dot_attention",
+)
+
+
+def _fused_attention_functions() -> dict:
+    """``{function: "torch.<name>"}`` of :data:`FUSED_ATTENTION` as the mode receives them:
+    the ``torch.<name>`` builtins, the ``torch.ops.aten.<name>`` packets and their overloads."""
+    import torch
+
+    out = {}
+    for name in FUSED_ATTENTION:
+        fn = getattr(torch, name, None)
+        if fn is not None:
+            out[fn] = f"torch.{name}"
+        try:
+            packet = getattr(torch.ops.aten, name)
+        except (AttributeError, RuntimeError):
+            continue
+        out[packet] = f"torch.ops.aten.{name}"
+        for o in packet.overloads():
+            out[getattr(packet, o)] = f"torch.ops.aten.{name}"
+    return out
+
+
 def emulate(scheme: str, *, model=None, reference: bool = False, activations: str | None = None,
             weights: str | None = None, include=None, exclude=None, quantize_options=None,
             empty_rows: str = "zero", hf_eager: bool = True, **options) -> Emulation:
-    """Context manager: inside it, torch SDPA calls run lowprec's emulated attention.
+    """Context manager: inside it, torch SDPA calls (and ``nn.MultiheadAttention``, the
+    ``nn.Transformer`` layers) run lowprec's emulated attention.
 
     Args:
         scheme: a name from :func:`lowprec.schemes` (``"baps"``, ``"intattention"``,
@@ -500,6 +703,9 @@ def emulate(scheme: str, *, model=None, reference: bool = False, activations: st
         model: module(s) whose submodules get attribution hooks: an ``nn.Module``, a list of
             them (prefixed ``"0."``, ``"1."``... when more than one) or ``{prefix: module}``;
             more can be added with ``run.watch(m)``.  Needed for ``activations``/``weights``.
+            Without it, calls are named from the outermost module called (torch's global
+            module hooks, :mod:`lowprec.torch.naming`), which gives the same names for one
+            model.
         reference: also compute float32 SDPA for each call and record the SQNR (dB) of the
             emulated output against it (costs one extra attention per call).
         activations, weights: fake-quantize inputs / weights of the selected ``nn.Linear``
@@ -509,11 +715,12 @@ def emulate(scheme: str, *, model=None, reference: bool = False, activations: st
         quantize_options: keywords of :func:`lowprec.quantize` for the hooks (rounding,
             saturate (default True), seed, sr_bits).
         empty_rows: ``"zero"`` (like torch SDPA) or ``"nan"`` for query rows seeing no key.
-        hf_eager: switch HuggingFace transformers models among ``model=`` that use
-            ``attn_implementation="eager"`` to the registered ``"lowprec"`` implementation for
-            the context's lifetime, so their attention is emulated too (restored on exit; see
-            :mod:`lowprec.torch.hf`).  ``False`` leaves them alone (their attention then runs
-            unemulated).  An eager HF model that is not watched is never switched.
+        hf_eager: switch HuggingFace transformers models that use
+            ``attn_implementation="eager"`` (among ``model=``, or without ``model=`` inside the
+            top-level models the context meets) to the registered ``"lowprec"``
+            implementation for the context's lifetime, so their attention is emulated too
+            (restored on exit; see :mod:`lowprec.torch.hf`).  ``False`` leaves them alone
+            (their attention then runs unemulated, and the exit warning says so).
         **options: options of the scheme (``config``, ``tau``, ``block_q``, ...).
 
     Returns:
@@ -524,12 +731,18 @@ def emulate(scheme: str, *, model=None, reference: bool = False, activations: st
         ValueError: unknown scheme or option (listing the valid ones), bad option values
             (checked with a tiny trial call at construction), bad formats; inside the context,
             ``dropout_p > 0``.
-        RuntimeError: inside the context, inputs that require grad while grad is enabled.
+        RuntimeError: inside the context, inputs that require grad while grad is enabled;
+            leaving the context from another thread than the one that entered it.
+
+    Warns:
+        UserWarning: once per context at the first hazard (``Stats.hazards``) of a call; on
+            exit when no attention call was emulated although modules or softmax ran.
 
     Example::
 
-        >>> with torch.no_grad(), emulate("hif8", tau=1, model=model) as run:
+        >>> with torch.no_grad(), emulate("hif8", tau=1) as run:
         ...     y = model(x)
+        >>> print(run.stats.summary())   # per module of model: calls, ARR, PRR, counters
         >>> run.stats.restart_rate
     """
     return Emulation(scheme, model=model, reference=reference, activations=activations,
