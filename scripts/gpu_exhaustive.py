@@ -360,12 +360,13 @@ def sweep_mx(rep, quick, dev):
     import torch
 
     import lowprec as lp
+    from lowprec.formats.mx import SCALE_MODES
 
     rows, n = (32, 256) if dev == "cpu" else ((512, 1024) if quick else (2048, 4096))
     x = C.mx_blocks(rows, n, 21)
     xg = torch.from_numpy(x).to(dev)
     for fmt in ("mxfp8_e4m3", "mxfp8_e5m2"):
-        for smode in lp.formats.mx.SCALE_MODES:
+        for smode in SCALE_MODES:
             for mode in DET + ("stochastic",):
                 for nonfinite in ("nan", "saturate"):
                     t0 = time.perf_counter()

@@ -123,7 +123,7 @@ def _build(name: str, d: dict) -> str:
     if name == "codec":
         spec = {"hif8": HIF8_SPEC, **SPECS}[d["fmt"]]
         C = minifloat.kernel_constexprs(spec, d["kind"] == 1, d["mode"], d["sat"], d["want"])
-        C.update(IN_KIND=d["kind"], BLOCK=minifloat._GPU_BLOCK)
+        C.update(IN_KIND=d["kind"], BLOCK=minifloat.gpu_block(C["PATH"]))
         sig = dict(x_ptr=_IN_TYPES[d["kind"]], out_ptr="*fp32" if d["want"] else "*u8",
                    mtab_ptr="*i32", btab_ptr="*i32", n=i32, seed_lo=i32, seed_hi=i32,
                    off_lo=i32, off_hi=i32, sr_bits=i32, bf16=i32)

@@ -25,6 +25,8 @@ import pytest
 
 import lowprec as lp
 from lowprec.formats import _arrays as A
+from lowprec.formats import integer as _int
+from lowprec.formats import mx as _mx
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -160,7 +162,7 @@ def test_mx_blocks(fmt, dtype):
     xn = xt.float().numpy() if dtype in ("bfloat16", "float16") else xn
     # every mode for float32; the other dtypes only change how elements are read
     modes = MX_MODES if dtype == "float32" else ("nearest_even", "stochastic")
-    for smode in lp.formats.mx.SCALE_MODES:
+    for smode in _mx.SCALE_MODES:
         for mode in modes:
             for nonfinite in ("nan", "saturate"):
                 kw = dict(block_size=32, scale_mode=smode, nonfinite=nonfinite, rounding=mode,
@@ -186,11 +188,11 @@ def test_mx_axes_and_block_lengths(fmt):
 
 def _mx_check(fmt, xn, xt, kw):
     q = lp.encode(xn, fmt, **kw)
-    o = lp.formats.mx.options(kw.get("rounding"), kw.get("seed"), kw.get("sr_bits", 32), None,
+    o = _mx.options(kw.get("rounding"), kw.get("seed"), kw.get("sr_bits", 32), None,
                               kw.get("axis", -1), kw["block_size"], kw.get("scale_mode", "floor"),
                               kw.get("nonfinite", "nan"), kw.get("offset", 0), xn.ndim)
     ax = o["axis"]
-    kk = lp.formats.mx.block_len(o["block_size"], xn.shape[ax])
+    kk = _mx.block_len(o["block_size"], xn.shape[ax])
     args = (fmt, ax, kk, o["smode"], o["sat_inf"], o["mode"], o["seed"], o["sr_bits"],
             o["offset"])
     codes, scales = codecs.mx_codec(xt, *args, False)
@@ -226,7 +228,7 @@ def test_int_granularities(fmt, gran, gkw):
                       **gkw, **extra)
             _int_check(fmt, x, xt, kw)
     # explicit scales (and zero points)
-    lay = lp.formats.integer._Layout(x.shape, gran, gkw.get("axis"), gkw.get("block_size"))
+    lay = _int._Layout(x.shape, gran, gkw.get("axis"), gkw.get("block_size"))
     s = np.random.default_rng(7).uniform(0.01, 0.2, lay.scale_shape).astype(np.float32)
     _int_check(fmt, x, xt, dict(granularity=gran, scale=s, **gkw))
     z = np.full(lay.scale_shape, 3 if fmt == "int8" else 130, np.int32)
@@ -248,7 +250,7 @@ def test_int_input_dtypes(dtype):
 def _int_check(fmt, xn, xt, kw):
     kw = dict(kw)
     f = lp.get_format(fmt)
-    o = lp.formats.integer.options(
+    o = _int.options(
         f, kw.pop("rounding", None), kw.pop("seed", None), kw.pop("sr_bits", 32), None,
         kw.get("granularity", "per_tensor"), kw.get("axis"), kw.get("block_size"),
         kw.get("symmetric", True), kw.get("scale"), kw.get("zero_point"), kw.get("narrow"),
