@@ -120,7 +120,8 @@ def one(u, seed, idx, sr_bits, mtab_ptr, btab_ptr,
         # m(E) = M_TAB[min(et, EMAX + 1) - E_LO] computed from the taper instead of gathered:
         # the same width on every binade up to EMAX; above (E = EMAX + 1 or more, inputs that
         # overflow, whose result is replaced whatever m is) the taper gives 0 where M_TAB
-        # holds 1.  A gather per element cost ~10 % of the stochastic kernel's speed.
+        # holds 1.  (Not for speed: on the H100 the gather was 3-4 % faster in the stochastic
+        # and hybrid kernels, docs/design.md "GPU codecs"; both give the same bits.)
         m = taper_width(tl.abs(et), M_MAX, T0, T1, T2).to(a.dtype)
     s = FB - m + (et - e)
     sc = tl.minimum(s, SC_MAX)
