@@ -312,9 +312,10 @@ class IntAttentionStats(Stats):
             integer probabilities sum more than 10 % away from full scale (255 or 127): 8-bit P
             on long flat rows (P = 0 everywhere beyond ~510 / ~254 keys), a hazard.
         exaq_merged: ``exaq``: keys more than 1 nat below their row's max that the quantiser
-            put on the max's level (so they get the max's weight where softmax gives them less
-            than 1/e of it): EXAQ's sigma-proportional levels are coarser than the row's
-            softmax, as for large score amplitudes; a hazard (issue 12).
+            put within half a nat of it (so they get more than 0.6 of the max's weight where
+            softmax gives them less than 1/e of it): EXAQ's sigma-proportional levels are
+            coarser than the row's softmax, as for large score amplitudes, or sigma overflowed
+            and C fell back to -1e-6; a hazard (issue 12).
     """
 
     calls: int = 0

@@ -91,6 +91,43 @@ def _renamed(f, suffix: str):
 PARALLEL_MIN = 1 << 17  # elements below which a parallel kernel runs its serial compilation
 
 
+def start_threads_passive() -> str | None:
+    """Start Numba's thread pool now, its OpenMP runtime reading ``OMP_WAIT_POLICY=PASSIVE``
+    (unless the environment sets a policy); the environment is restored afterwards.  Called
+    once when lowprec is imported; returns the threading layer's name (None if it failed).
+
+    By default GNU OpenMP workers spin for a while after each parallel region, waiting for
+    the next one; the schemes alternate parallel row kernels with NumPy work, so on a busy
+    machine (2 cores, one other busy process) the spinning workers took the core the caller
+    needed: ``intattention``, ``ivit`` and ``quant_only`` at (1, 12, 197, 64) ran up to 10x
+    slower than with the passive policy, which makes idle workers sleep at once (and costs
+    nothing measurable on an idle machine, see docs/design.md).  libgomp reads the variable
+    once, when it is loaded, so it is set only for that moment: the process environment,
+    subprocesses and torch's own OpenMP runtime (a separate copy) are left as they were.  A
+    runtime already loaded by another library keeps its settings.
+    """
+    import os
+
+    key = "OMP_WAIT_POLICY"
+    had = os.environ.get(key)
+    try:
+        if had is None:
+            os.environ[key] = "PASSIVE"
+        import numba
+        from numba.np.ufunc import parallel
+
+        parallel._launch_threads()
+        return numba.threading_layer()
+    except Exception:  # pragma: no cover - a Numba without a threading layer: serial kernels
+        return None
+    finally:
+        if had is None:
+            os.environ.pop(key, None)
+
+
+THREADING_LAYER = start_threads_passive()
+
+
 def for_size(kernel, n: int):
     """``kernel`` (a ``@jit(parallel=True)`` dispatcher) for work of ``n`` elements: itself, or
     its ``.serial`` compilation below :data:`PARALLEL_MIN` elements (waking the threads costs

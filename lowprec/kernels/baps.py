@@ -321,7 +321,7 @@ register(Scheme(
     options=("config", "block_q", "block_k", "input_dtype", "tau", "critical", "max_round",
              "granularity", "accum", "exp2_fp16"),
     variants=("config", tuple(CONFIGS)), shape_dependent=("critical",), stats=BapsStats,
-    order=20,
+    order=20, error_bound=0.15,
 ))
 
 register(Scheme("hif8_exp2", "BAPS softmax: exp2 in HiF8 (or E4M3/E5M2) with an integer row max",

@@ -98,8 +98,10 @@ def _exaq_moments(x, lim, vis, has_vis, acc):
     return _exaq_accumulate(x, m, lim, vis, has_vis, acc)
 
 
-#: a key more than this many nats below its row's max that lands on the top level counts as
-#: merged (EXAQ_MERGED): the quantiser gives it the max's weight where softmax gives < 1/e
+#: a key more than this many nats below its row's max whose quantised value lies within half
+#: of it of the max counts as merged (``exaq_merged``): the quantiser gives it more than
+#: exp(-1/2) of the max's weight where softmax gives less than 1/e (the top level, or every
+#: level when C falls back to EXAQ_C_FALLBACK because sigma overflowed)
 MERGE_NATS = 1.0
 
 
@@ -110,7 +112,7 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out, merged):
     softmax rounded to float32; masked keys give 0, rows without a visible key NaN.  Rows run
     in parallel; with quantisation the exponential of each level is computed once per row (the
     same float64 values, summed in key order).  ``merged[r]``: keys of row r more than
-    :data:`MERGE_NATS` below the max that share the max's level."""
+    :data:`MERGE_NATS` below the max quantised to within ``MERGE_NATS / 2`` of it."""
     N, L = x.shape
     quant = delta > 0.0 and np.isfinite(delta)
     nl = int(nlev)
@@ -142,7 +144,7 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out, merged):
                 q = min(max(q, 0.0), nlev - 1.0)
                 lev[j] = np.int64(q)
                 xv = lo + q * delta
-                if q == nlev - 1.0 and xc < -MERGE_NATS:
+                if xc < -MERGE_NATS and xv > -0.5 * MERGE_NATS:
                     nmerged += 1
             xq[j] = xv
             if xv > mq:
@@ -333,7 +335,7 @@ def _softmax_exaq(scores, axis, return_stats, **opts):
 register(Scheme(
     "exaq",
     "EXAQ: 2/3/4-bit clipped quantisation of the max-centred scores (C = a sigma + b)",
-    _exaq, options=("bits", "scale_scope"), stats=IntAttentionStats, order=75,
+    _exaq, options=("bits", "scale_scope"), stats=IntAttentionStats, order=75, error_bound=0.3,
     mask_floor=MASK_FLOOR,
 ))
 register(Scheme("exaq", "EXAQ clipped low-bit exponent quantisation softmax (bits 2/3/4)",

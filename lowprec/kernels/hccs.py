@@ -872,7 +872,8 @@ def _hccs_softmax_scheme(scores, axis, return_stats, **opts):
 register(Scheme("hccs", "int8 q k v, HCCS clipped-linear integer softmax (per-head calibrated)",
                 _hccs_attention, options=("params", "path", "out_shift", "clb_T", "dequant",
                                           "scale_scope"),
-                shape_dependent=("params",), stats=HccsStats, order=80, mask_floor=MASK_FLOOR,
+                shape_dependent=("params",), stats=HccsStats, order=80, error_bound=0.6,
+                mask_floor=MASK_FLOOR,
                 noise=lambda o: "int8_tensor"))
 register(Scheme("hccs", "HCCS clipped-linear integer softmax surrogate on int8 scores",
                 _hccs_softmax_scheme, options=("params", "path", "out_shift", "clb_T"),

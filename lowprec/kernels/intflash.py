@@ -548,7 +548,8 @@ register(Scheme(
     "INT-FlashAttention: per-token int8 q/k, int8 (full) or fp16 (half) v, float32 softmax",
     _intflash,
     options=("block_q", "block_k", "variant", "scale_dtype", "scale_scope"),
-    variants=("variant", VARIANTS), stats=IntFlashStats, order=30, mask_floor=MASK_FLOOR,
+    variants=("variant", VARIANTS), stats=IntFlashStats, order=30, error_bound=0.3,
+    mask_floor=MASK_FLOOR,
     noise=lambda o: "int8_token",
 ))
 

@@ -127,15 +127,29 @@ class Problem:
     def floored(self, floor: float) -> tuple[Problem, int]:
         """``(problem, n)``: this problem with every finite additive mask value ``<= floor``
         made ``-inf`` (a masked key), and how many (plane) entries changed; the problem itself
-        when none does (:data:`MASK_FLOOR`)."""
-        if self.mask is None:
+        when none does (:data:`MASK_FLOOR`).
+
+        A row whose every visible finite value lies at or below the floor (all its keys
+        masked with ``finfo.min``, as transformers pads) is first shifted by its largest
+        visible value, which leaves the softmax unchanged (shift invariance): its keys with
+        that value take part with 0, as the float64 reference lets them, instead of the row
+        seeing no key."""
+        mask = self.mask
+        if mask is None or mask.size == 0:
             return self, 0
-        low = self.mask <= np.float32(floor)
-        low &= self.mask != -np.inf
+        f = np.float32(floor)
+        vis = mask if not self.causal else \
+            np.where(causal_visible(self.Lq, self.Lk)[None], mask, np.float32(-np.inf))
+        top = vis.max(axis=2, keepdims=True)
+        sunk = (top <= f) & (top != -np.inf)
+        if sunk.any():
+            with np.errstate(invalid="ignore"):  # -inf - -inf in rows left as they are
+                mask = np.where(sunk, (mask.astype(np.float64) - top).astype(np.float32), mask)
+        low = (mask <= f) & (mask != -np.inf)
         n = int(np.count_nonzero(low))
         if not n:
-            return self, 0
-        mask = np.where(low, np.float32(-np.inf), self.mask).astype(np.float32)
+            return (self, 0) if mask is self.mask else (replace(self, mask=mask), 0)
+        mask = np.where(low, np.float32(-np.inf), mask).astype(np.float32)
         return replace(self, mask=mask), n
 
     def taking_part(self) -> tuple[np.ndarray, np.ndarray]:

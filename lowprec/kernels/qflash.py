@@ -837,7 +837,7 @@ register(Scheme(
     "QFlash integer-only flash attention (per-tensor int8, ShiftExp2, ScaleRelease)",
     _qflash,
     options=("block_k", "m_init", "division", "on_hazard", "scale_scope"), stats=QFlashStats,
-    order=40,
+    order=40, error_bound=0.2,
     mask_floor=MASK_FLOOR, noise=lambda o: "int8_tensor",
 ))
 

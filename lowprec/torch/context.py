@@ -721,7 +721,11 @@ def emulate(scheme: str, *, model=None, reference: bool = False, activations: st
             implementation for the context's lifetime, so their attention is emulated too
             (restored on exit; see :mod:`lowprec.torch.hf`).  ``False`` leaves them alone
             (their attention then runs unemulated, and the exit warning says so).
-        **options: options of the scheme (``config``, ``tau``, ``block_q``, ...).
+        **options: options of the scheme (``config``, ``tau``, ``block_q``, ...).  The
+            integer schemes take their int8 scales from the rows and keys a call's mask lets
+            take part, per sequence (``scale_scope="visible"``, the default: a padded batch
+            gives each sentence the bits it gets alone); ``scale_scope="tensor"`` gives the
+            papers' whole-tensor scales, which padding content changes.
 
     Returns:
         An :class:`Emulation`; ``with emulate(...) as run`` gives it back, ``run.stats`` is an
