@@ -3,7 +3,8 @@
 ``from lowprec.torch import emulate`` (also ``lowprec.emulate``); see
 :mod:`lowprec.torch.context` (the context; its report model :mod:`lowprec.torch.report`, the
 SDPA argument semantics :mod:`lowprec.torch.sdpa`, ``nn.MultiheadAttention``'s function
-:mod:`lowprec.torch.mha`, module naming :mod:`lowprec.torch.naming`), :mod:`lowprec.torch.hooks`
+:mod:`lowprec.torch.mha`, module naming :mod:`lowprec.torch.naming`, the custom ops used under
+``torch.compile`` :mod:`lowprec.torch.ops`), :mod:`lowprec.torch.hooks`
 (nn.Linear fake-quantization), :mod:`lowprec.torch.hf` (transformers models with eager
 attention) and :mod:`lowprec.torch.models` (real models loaded offline: ``load_model``,
 ``available_models``, ``mean_pool``, ``sample_text``).  torch is imported on first use of a

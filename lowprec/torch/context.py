@@ -33,7 +33,7 @@ How it works
   Linear hooks, its statistics); the outer one resumes when the inner one exits.
 * Module names.  Models passed as ``model=`` (a module, a list of modules or
   ``{prefix: module}``) or later with ``run.watch(m)`` get a forward pre-hook and a forward
-  hook (``always_call=True``) on every submodule for the context's lifetime; each intercepted
+  hook on every submodule for the context's lifetime; each intercepted
   call is attributed to the innermost running watched module's qualified name (``"<root>"`` for
   the model itself, ``"<unknown>"`` outside every watched module; an inner context that watches
   nothing uses its enclosing contexts' modules).  Without ``model=`` the context installs
@@ -61,6 +61,14 @@ How it works
   without SDPA), and when torch's fused attention functions were called directly.
 * The first use of a scheme may compile Numba kernels for seconds; that is logged once per
   process (INFO, logger ``"lowprec"``; :mod:`lowprec.compile`, ``lowprec compile``).
+* ``torch.compile``: while Dynamo traces, the mode answers attention (and, with
+  ``activations=`` / ``weights=``, ``F.linear``'s operands) with the custom ops of
+  :mod:`lowprec.torch.ops` (``lowprec::sdpa``, ...), one opaque graph node each
+  (``fullgraph=True`` works); at run time they look up the innermost active context and run
+  its eager path, so compiled and eager calls give the same bits and statistics, and a model
+  compiled inside one context reports to any later one.  Calls are named from the modules
+  Dynamo was inside when it traced them.  What is lost for code inside a compiled graph
+  (softmax counting for the exit warning, ...): docs/design.md "torch.compile inside emulate".
 
 SDPA semantics reproduced: :mod:`lowprec.torch.sdpa`; the report model (records, per-module
 statistics, summary, JSON): :mod:`lowprec.torch.report`.
@@ -152,7 +160,7 @@ def _models(model) -> list:
     if model is None:
         return []
     if isinstance(model, torch.nn.Module):
-        return [("", model)]
+        return [("", _optimized(model) or model)]  # torch.compile(m): m's names
     if isinstance(model, dict):
         items = list(model.items())
     elif isinstance(model, (list, tuple)):
@@ -163,7 +171,7 @@ def _models(model) -> list:
     for p, m in items:
         if not isinstance(p, str) or not isinstance(m, torch.nn.Module):
             raise TypeError("model must be an nn.Module, a list of them or {prefix: module}")
-    return items
+    return [(p, _optimized(m) or m) for p, m in items]
 
 
 class Emulation:
@@ -210,9 +218,9 @@ class Emulation:
         self._qsel: set[int] = set()        # ids of the selected nn.Linear modules
         self._wcache: dict[int, tuple] = {}  # id(module) -> (param, version, quantized weight)
         self._handles: list = []
-        self._mstack: list = []             # (name, module) of running watched modules
+        self._mstack: list = []             # (name, module, frame) of running watched modules
         self._auto: AutoNames | None = None  # names without model= (lowprec.torch.naming)
-        self._astack: list = []             # (name, module) of running modules, auto-named
+        self._astack: list = []             # (name, module, frame), auto-named modules
         self._hf_roots: set[int] = set()    # ids of auto-named models given to _hf_switch
         self._mode = None
         self._thread = None
@@ -235,7 +243,7 @@ class Emulation:
         self._mstack, self._astack = [], []
         self._modules_run = self._softmax_calls = self._attention_seen = 0
         self._escaped = {}
-        self._mode = _mode_class()(self)
+        self._mode = _mode_class(self._quant)(self)
         try:
             for prefix, m in self._pending:
                 self._install(m, prefix)
@@ -349,7 +357,7 @@ class Emulation:
                 self._qsel.add(id(mod))
             self._handles.append(mod.register_forward_pre_hook(partial(self._pre, qual)))
             self._handles.append(
-                mod.register_forward_hook(partial(self._post, qual), always_call=True))
+                mod.register_forward_hook(partial(self._post, qual)))
 
     def _install_auto(self) -> None:
         """No ``model=``: name modules with torch's global module hooks (item 9;
@@ -359,8 +367,7 @@ class Emulation:
         self._auto = AutoNames()
         self._hf_roots = set()
         self._handles.append(nn_module.register_module_forward_pre_hook(self._auto_pre))
-        self._handles.append(nn_module.register_module_forward_hook(self._auto_post,
-                                                                    always_call=True))
+        self._handles.append(nn_module.register_module_forward_hook(self._auto_post))
 
     def _remove_hooks(self) -> None:
         for h in self._handles:
@@ -382,10 +389,10 @@ class Emulation:
         return bool(st) and st[-1] is self
 
     def _pre(self, qual, module, args):
-        if not self._mine():
+        if _compiling() or not self._mine():  # traced by Dynamo: nothing (lowprec.torch.ops)
             return None
         self._modules_run += 1
-        self._mstack.append((qual, module))
+        self._mstack.append((qual, module, sys._getframe(1)))
         if self.activations is None or id(module) not in self._qsel or not self._innermost():
             return None
         if not args or not hasattr(args[0], "is_floating_point") or \
@@ -402,15 +409,15 @@ class Emulation:
         return (xq,) + tuple(args[1:])
 
     def _post(self, qual, module, args, output):
-        if self._mine():
+        if not _compiling() and self._mine():
             _pop(self._mstack, module)
         return None
 
     def _auto_pre(self, module, args):
-        if not self._mine():
-            return None
+        if _compiling() or not self._mine() or _optimized(module) is not None:
+            return None  # torch.compile's wrapper: its model's own hooks follow
         self._modules_run += 1
-        outermost = not self._astack
+        outermost = not _live(self._astack)
         name, renames = self._auto.meet(module)
         if renames:
             self.stats.rename(renames)
@@ -420,11 +427,11 @@ class Emulation:
                 self._hf_roots.add(id(root))
                 prefix = name if root is module and name != ROOT_MODULE else ""
                 self._hf_switch(root, prefix)
-        self._astack.append((name, module))
+        self._astack.append((name, module, sys._getframe(1)))
         return None
 
     def _auto_post(self, module, args, output):
-        if self._mine():
+        if not _compiling() and self._mine():
             _pop(self._astack, module)
         return None
 
@@ -437,20 +444,106 @@ class Emulation:
     def _module_name(self) -> str:
         """The innermost running module of the watched models (``model=``, ``watch``) of the
         thread's active contexts, else the innermost auto-named one, else ``"<unknown>"``."""
+        top = _running_top()
+        return UNKNOWN_MODULE if top is None else top[0]
+
+    # ---- torch.compile: call sites of the custom ops (lowprec.torch.ops) --------------------
+    def _site_modules(self, index: int) -> list:
+        """The modules around a traced call site, innermost first.  Dynamo shares a frame's
+        compiled code between instances of a module class: when another instance of the
+        class of the frame's module than the one traced is running (its hooks ran outside
+        the graph), its submodules at the same paths."""
+        from .ops import site
+
+        s = site(index)
+        if s is None:
+            return []
+        mods = s.modules()
+        if s.root_type is None:
+            return [m for m, _ in mods]
+        root = s.root()
+        for _, running in _running():
+            if type(running) is not s.root_type:
+                continue
+            if running is root:
+                break
+            out = []
+            for _, rel in mods:
+                if rel is None:
+                    continue
+                try:
+                    out.append(running.get_submodule(rel) if rel else running)
+                except AttributeError:
+                    continue
+            return out
+        return [m for m, _ in mods]
+
+    def _site_name(self, index: int) -> str:
+        """The name eager hooks would give a call made at a traced site: the innermost of
+        its modules watched by a context (``model=``), else the innermost running watched
+        module, else the auto names (met outermost first, as the pre-hooks meet them), else
+        the innermost module running outside the graph, else ``"<unknown>"``."""
+        mods = self._site_modules(index)
         stack = _active_stack()
-        for attr in ("_mstack", "_astack"):
-            for ctx in reversed(stack):
-                running = getattr(ctx, attr)
-                if running:
-                    return running[-1][0]
-        return UNKNOWN_MODULE
+        watched = [ctx for ctx in reversed(stack) if ctx._names]
+        for m in mods:
+            for ctx in watched:
+                name = ctx._names.get(id(m))
+                if name is not None:
+                    return name
+        if mods and not any(_live(ctx._mstack) for ctx in stack):
+            name = None
+            for ctx in stack:
+                if ctx._auto is None:
+                    continue
+                for m in reversed(mods):
+                    name, renames = ctx._auto.meet(m)
+                    if renames:
+                        ctx.stats.rename(renames)
+            if name is not None:
+                return name
+        return self._module_name()
+
+    def _site_linear(self, index: int):
+        """The selected ``nn.Linear`` of a traced ``F.linear`` site (None if not selected)."""
+        mods = self._site_modules(index)
+        if mods and id(mods[0]) in self._qsel:
+            return mods[0]
+        return None
+
+    def _site_linear_input(self, x, index: int):
+        """``lowprec::linear_input``: the pre-hook's activation quantization (None: keep x)."""
+        if self.activations is None or not x.is_floating_point():
+            return None
+        module = self._site_linear(index)
+        top = _running_top()
+        if module is None or (top is not None and top[1] is module):
+            return None  # not selected, or its pre-hook ran outside the graph: done there
+        xq, n, sat, under = fake_quant(x, self.activations, self.quantize_options)
+        qs = self._qstats(self._names[id(module)])
+        qs.act_calls += 1
+        qs.act_elements += n
+        qs.act_saturated += sat
+        qs.act_underflow += under
+        return xq
+
+    def _site_linear_weight(self, w, index: int):
+        """``lowprec::linear_weight``: the quantized weight :meth:`_linear` would hand
+        ``F.linear`` (None: keep w)."""
+        if self.weights is None:
+            return None
+        module = self._site_linear(index)
+        param = None if module is None else getattr(module, "weight", None)
+        if param is None or w.data_ptr() != param.data_ptr() or w.shape != param.shape:
+            return None
+        return self._quantized_weight(module, self._names[id(module)], param)
 
     # ---- F.linear weights ---------------------------------------------------------------------
     def _linear(self, func, args, kwargs):
         """Called by the mode for F.linear: swap in the quantized weight of the running module."""
-        if not (self._mstack and self._innermost()):
+        if not (_live(self._mstack) and self._innermost()):
             return func(*args, **kwargs)
-        qual, module = self._mstack[-1]
+        qual, module, _ = self._mstack[-1]
         if id(module) not in self._qsel:
             return func(*args, **kwargs)
         args = list(args)
@@ -461,6 +554,16 @@ class Emulation:
         if w is None or w is not getattr(module, "weight", None):
             return func(*args, **kwargs)
         _no_grad_check((w,), f"weight of {qual}")
+        wq = self._quantized_weight(module, qual, w)
+        if len(args) >= 2:
+            args[1] = wq
+        else:
+            kwargs = {**kwargs, "weight": wq}
+        return func(*args, **kwargs)
+
+    def _quantized_weight(self, module, qual: str, w):
+        """The quantized copy of ``module``'s weight ``w`` (cached; re-quantized when the
+        parameter's version changes)."""
         cached = self._wcache.get(id(module))
         if cached is None or cached[0] is not w or cached[1] != w._version:
             wq, n, sat, under = fake_quant(w, self.weights, self.quantize_options)
@@ -471,14 +574,12 @@ class Emulation:
             qs.w_underflow += under
             cached = (w, w._version, wq)
             self._wcache[id(module)] = cached
-        if len(args) >= 2:
-            args[1] = cached[2]
-        else:
-            kwargs = {**kwargs, "weight": cached[2]}
-        return func(*args, **kwargs)
+        return cached[2]
 
     # ---- SDPA -------------------------------------------------------------------------------
-    def _sdpa(self, func, args, kwargs):
+    def _sdpa(self, func, args, kwargs, module: str | None = None):
+        """One SDPA call, emulated; ``module`` names the caller (default: the running
+        module; given by ``lowprec::sdpa`` under torch.compile)."""
         import torch
 
         from ..kernels import attention
@@ -536,7 +637,8 @@ class Emulation:
                        is_causal=bool(is_causal), scale=scale)
             signal, noise = powers(out, ref, empty)
             sq = sqnr_db(signal, noise)
-        rec = CallRecord(len(self.stats.calls), self._module_name(), tuple(q.shape),
+        name = self._module_name() if module is None else module
+        rec = CallRecord(len(self.stats.calls), name, tuple(q.shape),
                          tuple(k.shape), tuple(v.shape), str(q.dtype), bool(is_causal),
                          mask is not None, bool(gqa), seconds, sq, n_empty, st)
         self._record(rec, signal, noise)
@@ -573,6 +675,57 @@ class Emulation:
         return mha_forward(attend, *args, **kwargs)
 
 
+def _running():
+    """``(name, module)`` of the running modules of the thread's active contexts, innermost
+    first: the watched ones (``model=``), then the auto-named ones."""
+    stack = _active_stack()
+    for attr in ("_mstack", "_astack"):
+        for ctx in reversed(stack):
+            for entry in reversed(_live(getattr(ctx, attr))):
+                yield entry[:2]
+
+
+def _running_top():
+    """``(name, module)`` of the innermost running module of the watched models of the
+    thread's active contexts, else of the innermost auto-named one; None if none runs."""
+    return next(_running(), None)
+
+
+def _live(stack: list) -> list:
+    """A module stack without the entries of modules whose forward raised: a module's entry
+    holds the frame that called its pre-hook (torch's ``_call_impl``), which runs until its
+    forward hook pops the entry; an entry whose frame is no longer an ancestor of the current
+    one is stale and dropped (from the top).  Returns ``stack`` (pruned in place).
+
+    The forward hooks are registered without ``always_call``: Dynamo guards a traced module
+    call on its always-called hook ids, so every new context would recompile a compiled model
+    (docs/design.md "torch.compile")."""
+    while stack:
+        frame = stack[-1][2]
+        f = sys._getframe(1)
+        while f is not None and f is not frame:
+            f = f.f_back
+        if f is not None:
+            return stack
+        stack.pop()
+    return stack
+
+
+def _compiling() -> bool:
+    """Whether Dynamo is tracing (``torch.compiler.is_compiling()``)."""
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
+def _optimized(module):
+    """The model wrapped by ``torch.compile(model)`` (an ``OptimizedModule``), else None."""
+    ev = sys.modules.get("torch._dynamo.eval_frame")
+    if ev is not None and isinstance(module, ev.OptimizedModule):
+        return module._orig_mod
+    return None
+
+
 def _pop(stack: list, module) -> None:
     """Remove ``module``'s entry (and any left above it by an exception) from a module stack."""
     for i in range(len(stack) - 1, -1, -1):
@@ -584,15 +737,26 @@ def _pop(stack: list, module) -> None:
 def _user_stacklevel() -> int:
     """The ``stacklevel`` of a warning that points at the first frame outside torch and
     lowprec (the user's line running the model)."""
+    torch_dir = _torch_dir()
     f = sys._getframe(1)
     level = 1
     while f is not None:
         mod = f.f_globals.get("__name__", "")
-        if not (mod.startswith(("lowprec.", "torch", "transformers")) or mod == "lowprec"):
-            return level
+        file = f.f_code.co_filename
+        if not (mod.startswith(("lowprec.", "torch", "transformers")) or mod == "lowprec"
+                or file.startswith(torch_dir) or "torchinductor" in file):
+            return level  # (code torch.compile generates: under torch/ or inductor's cache)
         f = f.f_back
         level += 1
     return 2
+
+
+def _torch_dir() -> str:
+    import os
+
+    import torch
+
+    return os.path.dirname(torch.__file__) + os.sep
 
 
 def _no_grad_check(tensors, what: str) -> None:
@@ -603,31 +767,69 @@ def _no_grad_check(tensors, what: str) -> None:
                            "run the model under torch.no_grad() or torch.inference_mode()")
 
 
-_MODE_CLS = None
+_MODE_CLS: dict = {}
 
 
-def _mode_class():
-    """The ``TorchFunctionMode`` subclass (built on first use, so torch loads lazily)."""
-    global _MODE_CLS
-    if _MODE_CLS is not None:
-        return _MODE_CLS
+def _mode_class(quant: bool = False):
+    """The ``TorchFunctionMode`` subclass (built on first use, so torch loads lazily); one
+    class for contexts that quantize ``nn.Linear`` (``quant``) and one for the others, so a
+    graph compiled under one kind is never reused under the other (Dynamo guards the types
+    of the modes on torch's stack; :mod:`lowprec.torch.ops`)."""
+    if quant in _MODE_CLS:
+        return _MODE_CLS[quant]
     import torch
     import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
 
+    from . import ops
+
     sdpa = F.scaled_dot_product_attention
     aten = torch.ops.aten
-    sdpas = {sdpa, aten.scaled_dot_product_attention, aten.scaled_dot_product_attention.default}
+    aten_sdpa, aten_sdpa_default = (aten.scaled_dot_product_attention,
+                                    aten.scaled_dot_product_attention.default)
+    sdpas = {sdpa, aten_sdpa, aten_sdpa_default}
     mha = F.multi_head_attention_forward
     linear = F.linear
     softmaxes = {F.softmax, torch.softmax, torch.Tensor.softmax, torch.special.softmax,
                  torch._softmax, aten.softmax.int, aten._softmax.default}
     fused = _fused_attention_functions()
 
+    def traced_sdpa(args, kwargs):
+        """SDPA while Dynamo traces: one ``lowprec::sdpa`` node (lowprec.torch.ops)."""
+        q, k, v, mask, dropout_p, is_causal, scale, gqa = bind_sdpa(args, kwargs)
+        mask = materialize_mask(mask, q, k)
+        float_mask = isinstance(mask, torch.Tensor) and mask.is_floating_point()
+        _no_grad_check((q, k, v) + ((mask,) if float_mask else ()),
+                       "scaled_dot_product_attention inputs")
+        return torch.ops.lowprec.sdpa(q, k, v, mask, float(dropout_p), bool(is_causal),
+                                      None if scale is None else float(scale), bool(gqa),
+                                      ops.trace_site())
+
+    def traced_attend(q, k, v, attn_mask=None, is_causal=False, dropout_p=0.0):
+        return traced_sdpa((q, k, v), {"attn_mask": attn_mask, "dropout_p": dropout_p,
+                                       "is_causal": is_causal})
+
+    def traced(func, args, kwargs):
+        """The mode while Dynamo traces: nothing of the context is read (the ops look it up
+        when they run), so the graph holds for every context of this mode class."""
+        if func is sdpa or func is aten_sdpa or func is aten_sdpa_default:
+            return traced_sdpa(args, kwargs)
+        if func is mha:
+            from .mha import mha_forward
+
+            return mha_forward(traced_attend, *args, **kwargs)
+        if quant and func is linear:
+            x, w, b = _bind_linear(args, kwargs)
+            site = ops.trace_site()
+            return linear(torch.ops.lowprec.linear_input(x, site),
+                          torch.ops.lowprec.linear_weight(w, site), b)
+        return func(*args, **kwargs)
+
     class EmulationMode(TorchFunctionMode):
         """Routes the attention calls of one :class:`Emulation`: SDPA (also as the aten op),
         ``F.multi_head_attention_forward``; F.linear for the weight hooks; counts softmax
-        calls and fused torch attention functions (never emulated) for the exit warnings."""
+        calls and fused torch attention functions (never emulated) for the exit warnings.
+        While Dynamo traces: the custom ops of :mod:`lowprec.torch.ops` instead."""
 
         def __init__(self, run: Emulation):
             super().__init__()
@@ -636,6 +838,8 @@ def _mode_class():
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if kwargs is None:
                 kwargs = {}
+            if torch.compiler.is_compiling():
+                return traced(func, args, kwargs)
             run = self.run
             if func in sdpas:
                 if run._innermost():
@@ -654,8 +858,19 @@ def _mode_class():
                 run._escaped[name] = run._escaped.get(name, 0) + 1
             return func(*args, **kwargs)
 
-    _MODE_CLS = EmulationMode
-    return _MODE_CLS
+    if quant:
+        EmulationMode.__name__ = EmulationMode.__qualname__ = "EmulationQuantMode"
+    ops.keep_eager(EmulationMode.__torch_function__, Emulation._pre, Emulation._post,
+                   Emulation._auto_pre, Emulation._auto_post)
+    _MODE_CLS[quant] = EmulationMode
+    return EmulationMode
+
+
+def _bind_linear(args, kwargs):
+    """``(input, weight, bias)`` of an ``F.linear`` call."""
+    vals = dict(zip(("input", "weight", "bias"), args, strict=False))
+    vals.update(kwargs)
+    return vals["input"], vals["weight"], vals.get("bias")
 
 
 #: torch's private fused attention functions: under a TorchFunctionMode torch's own modules
@@ -700,12 +915,14 @@ def emulate(scheme: str, *, model=None, reference: bool = False, activations: st
         scheme: a name from :func:`lowprec.schemes` (``"baps"``, ``"intattention"``,
             ``"reference"``, ...) or a shorthand: ``"hif8"`` = ``("baps", config="e2e_hif8")``,
             ``"e4m3"`` / ``"e5m2"`` = BAPS ``exp2_e4m3`` / ``exp2_e5m2`` (design.md).
-        model: module(s) whose submodules get attribution hooks: an ``nn.Module``, a list of
+        model: module(s) whose submodules get attribution hooks: an ``nn.Module`` (a
+            ``torch.compile`` wrapper stands for its model), a list of
             them (prefixed ``"0."``, ``"1."``... when more than one) or ``{prefix: module}``;
             more can be added with ``run.watch(m)``.  Needed for ``activations``/``weights``.
             Without it, calls are named from the outermost module called (torch's global
             module hooks, :mod:`lowprec.torch.naming`), which gives the same names for one
-            model.
+            model.  With ``torch.compile`` pass ``model=``: Dynamo guards the global hooks,
+            so without it a compiled model recompiles in every new context.
         reference: also compute float32 SDPA for each call and record the SQNR (dB) of the
             emulated output against it (costs one extra attention per call).
         activations, weights: fake-quantize inputs / weights of the selected ``nn.Linear``
