@@ -66,6 +66,11 @@ class Scheme:
             scheme's default options; measured, not derived: the largest error of the property
             test's cases (tests/test_robustness.py: random shapes up to 70 tokens, masks,
             amplitudes 1e-30 .. 1e20, block sizes up to 2**64) with a margin of about 1.7.
+        engine: for the schemes of the tiled engine (``flash``, ``baps``):
+            ``engine(Lq, Lk, **options) -> (EngineConfig, block_q, block_k,
+            round_inputs_bf16)``, the options validated and turned into the engine's
+            arguments; :func:`attention` runs such a scheme on a CUDA tensor's own device
+            through the GPU engine (:mod:`lowprec.kernels.device`).  None: CPU only.
     """
 
     name: str
@@ -81,6 +86,7 @@ class Scheme:
     mask_floor: float | None = None
     noise: Callable[[dict], str | None] | None = None
     error_bound: float | None = None
+    engine: Callable[..., Any] | None = None
 
 
 _REGISTRY: dict[tuple[str, str], Scheme] = {}
@@ -147,9 +153,12 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
     """Emulated attention ``softmax(q k^T * scale + mask) v`` under ``scheme``.
 
     Args:
-        q, k, v: numpy arrays or CPU torch tensors (float32, float16, bfloat16; float64 is
+        q, k, v: numpy arrays or torch tensors (float32, float16, bfloat16; float64 is
             rounded to float32 by every scheme but ``reference``), shapes ``(..., Lq, d)``,
             ``(..., Lk, d)``, ``(..., Lk, dv)``; leading (batch, head) dims broadcast.
+            ``flash`` and ``baps`` run CUDA tensors on their own device (the GPU engine, same
+            bits and statistics as the CPU: :mod:`lowprec.kernels.device`) and return a
+            tensor there; the other schemes take CPU tensors only.
         scheme: a name from :func:`schemes` (``reference``, ``flash``, ``baps``, ...).
         scale: softmax scale, default ``1 / sqrt(d)``.
         causal: mask key ``j > i + (Lk - Lq)`` (bottom-right aligned, torch's
@@ -173,6 +182,11 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
     s = get_scheme(scheme)
     check_options(options, scheme, s.options)
     check_bool(return_stats, "return_stats")
+    from .device import attention_device, wants_device
+
+    if wants_device(s, q):  # a CUDA tensor and a scheme of the GPU engine: on its device
+        return attention_device(s, q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
+                                return_stats=return_stats, options=options)
     prob, as_torch = prepare(q, k, v, scale=scale, causal=causal, attn_mask=attn_mask,
                              keep_float64=s.float64)
     floored = 0

@@ -281,16 +281,18 @@ def make_config(config: str = "e2e_hif8", *, tau: int = 1, critical="first",
 
 
 def _round_inputs(prob: Problem, input_dtype: str):
-    check_choice(input_dtype, "input_dtype", _INPUT)
     if input_dtype == "float32":
         return prob.q, prob.k, prob.v
     bf = ml_dtypes.bfloat16
     return tuple(a.astype(bf).astype(np.float32) for a in (prob.q, prob.k, prob.v))
 
 
-def _baps(prob: Problem, return_stats: bool, config: str = "e2e_hif8", block_q: int =
-          BLOCK_Q_DEFAULT, block_k: int = BLOCK_K_DEFAULT, input_dtype: str = "bfloat16",
-          **opts):
+def engine_setup(Lq: int, Lk: int, config: str = "e2e_hif8", block_q: int = BLOCK_Q_DEFAULT,
+                 block_k: int = BLOCK_K_DEFAULT, input_dtype: str = "bfloat16", **opts):
+    """``(cfg, block_q, block_k, round_inputs_bf16)`` of a ``baps`` call on ``Lq`` queries and
+    ``Lk`` keys: the options validated (ValueError as the scheme raises them, in its order)
+    and turned into the engine's arguments; shared by the CPU engine and the GPU engine
+    (:mod:`lowprec.kernels.device`)."""
     if config != "e2e_hif8":
         bad = sorted(set(opts) & set(_E2E_ONLY))
         if bad:
@@ -299,15 +301,21 @@ def _baps(prob: Problem, return_stats: bool, config: str = "e2e_hif8", block_q: 
             )
     cfg = make_config(config, **opts)
     if cfg.crit == CRIT_LIST:
-        nk = -(-prob.Lk // check_block(block_k, "block_k", prob.Lk)) if prob.Lk else 0
+        nk = -(-Lk // check_block(block_k, "block_k", Lk)) if Lk else 0
         bad = [t for t in cfg.crit_list if t >= nk]
         if bad:
             raise ValueError(
                 f"critical tile indices {bad} are out of range: there are {nk} key tiles"
             )
-    q, k, v = _round_inputs(prob, input_dtype)
-    bq = check_block(block_q, "block_q", prob.Lq)
-    bk = check_block(block_k, "block_k", prob.Lk)
+    check_choice(input_dtype, "input_dtype", _INPUT)
+    bq = check_block(block_q, "block_q", Lq)
+    bk = check_block(block_k, "block_k", Lk)
+    return cfg, bq, bk, input_dtype == "bfloat16"
+
+
+def _baps(prob: Problem, return_stats: bool, **options):
+    cfg, bq, bk, _ = engine_setup(prob.Lq, prob.Lk, **options)
+    q, k, v = _round_inputs(prob, options.get("input_dtype", "bfloat16"))
     out, flags, rr = run_engine(q, k, v, scale=prob.scale, causal=prob.causal, mask=prob.mask,
                                 mask_map=prob.mask_map, block_q=bq, block_k=bk, cfg=cfg)
     return out, (tile_stats(flags, rr, cfg.flow == E2E) if return_stats else None)
@@ -321,7 +329,7 @@ register(Scheme(
     options=("config", "block_q", "block_k", "input_dtype", "tau", "critical", "max_round",
              "granularity", "accum", "exp2_fp16"),
     variants=("config", tuple(CONFIGS)), shape_dependent=("critical",), stats=BapsStats,
-    order=20, error_bound=0.15,
+    order=20, error_bound=0.15, engine=engine_setup,
 ))
 
 register(Scheme("hif8_exp2", "BAPS softmax: exp2 in HiF8 (or E4M3/E5M2) with an integer row max",

@@ -282,21 +282,34 @@ def mask_planes(arr: np.ndarray, lead: tuple, Lq: int, Lk: int, what: str, dtype
     broadcastable to ``lead + (Lq, Lk)``: the mask's own leading dims broadcast against
     ``lead`` and its ``(Lq, Lk)`` planes are shared between batch entries (never copied per
     head).  ValueError when it does not broadcast."""
+    mshape, mmap = plane_map(arr.shape, lead, Lq, Lk, what)
+    arr = arr.reshape(mshape)
+    planes = np.broadcast_to(arr, mshape[:-2] + (Lq, Lk)).reshape(
+        (int(np.prod(mshape[:-2], dtype=np.int64)), Lq, Lk))
+    return np.ascontiguousarray(planes, dtype=dtype), mmap
+
+
+def plane_map(shape: tuple, lead: tuple, Lq: int, Lk: int, what: str):
+    """``(mshape, map)`` of a mask of ``shape`` broadcastable to ``lead + (Lq, Lk)``: the
+    shape padded with leading 1s to the full rank (its own leading dims ``mshape[:-2]`` give
+    the planes, in C order) and the int64 ``(B,)`` plane index of every batch entry; the
+    shape logic of :func:`mask_planes`, without the data (the device path shares it).
+    ValueError when it does not broadcast."""
     full = tuple(lead) + (Lq, Lk)
+    shape = tuple(shape)
     try:
-        ok = np.broadcast_shapes(arr.shape, full) == full
+        ok = np.broadcast_shapes(shape, full) == full
     except ValueError:
         ok = False
     if not ok:
         raise ValueError(
-            f"{what} of shape {arr.shape} does not broadcast to {full} (leading dims, Lq, Lk)"
+            f"{what} of shape {shape} does not broadcast to {full} (leading dims, Lq, Lk)"
         )
-    arr = arr.reshape((1,) * (len(full) - arr.ndim) + arr.shape)
-    mlead = arr.shape[:-2]
+    mshape = (1,) * (len(full) - len(shape)) + shape
+    mlead = mshape[:-2]
     idx = np.arange(int(np.prod(mlead, dtype=np.int64)), dtype=np.int64).reshape(mlead)
     mmap = np.ascontiguousarray(np.broadcast_to(idx, lead)).reshape(-1)
-    planes = np.broadcast_to(arr, mlead + (Lq, Lk)).reshape((idx.size, Lq, Lk))
-    return np.ascontiguousarray(planes, dtype=dtype), mmap
+    return mshape, mmap
 
 
 #: where the integer schemes take their int8 scales from (option ``scale_scope``)
@@ -441,6 +454,27 @@ def prepare(q, k, v, *, scale=None, causal=False, attn_mask=None, keep_float64=F
     qa, q_torch = _as_float(q, "q")
     ka, _ = _as_float(k, "k")
     va, _ = _as_float(v, "v")
+    lead, s = check_shapes(qa, ka, va, scale=scale, causal=causal)
+    Lq, d = qa.shape[-2:]
+    Lk, dv = va.shape[-2:]
+    in_dtype = qa.dtype
+    want64 = keep_float64 and all(a.dtype == np.float64 for a in (qa, ka, va))
+    dt = np.float64 if want64 else np.float32
+
+    mask, mask_map = _prepare_mask(attn_mask, lead, Lq, Lk)
+    prob = Problem(
+        q=flat_lead(qa, lead, Lq, d, dt), k=flat_lead(ka, lead, Lk, d, dt),
+        v=flat_lead(va, lead, Lk, dv, dt), scale=s, causal=bool(causal),
+        mask=mask, mask_map=mask_map, lead=lead, in_dtype=in_dtype,
+    )
+    return prob, q_torch
+
+
+def check_shapes(qa, ka, va, *, scale=None, causal=False) -> tuple[tuple, float]:
+    """``(lead, scale)`` of validated inputs (anything with ``.shape``): q and k share d, k
+    and v share Lk, the leading dims broadcast, ``causal`` is a bool and ``scale`` a real
+    (default ``1 / sqrt(d)``); ValueError otherwise (the checks of :func:`prepare`, shared
+    with the device path of :func:`lowprec.attention`)."""
     if qa.shape[-1] != ka.shape[-1]:
         raise ValueError(f"q and k must have the same last dim d, got {qa.shape} and {ka.shape}")
     if ka.shape[-2] != va.shape[-2]:
@@ -455,20 +489,7 @@ def prepare(q, k, v, *, scale=None, causal=False, attn_mask=None, keep_float64=F
             "broadcast"
         ) from None
     check_bool(causal, "causal")
-    Lq, d = qa.shape[-2:]
-    Lk, dv = va.shape[-2:]
-    s = _check_scale(scale, d)
-    in_dtype = qa.dtype
-    want64 = keep_float64 and all(a.dtype == np.float64 for a in (qa, ka, va))
-    dt = np.float64 if want64 else np.float32
-
-    mask, mask_map = _prepare_mask(attn_mask, lead, Lq, Lk)
-    prob = Problem(
-        q=flat_lead(qa, lead, Lq, d, dt), k=flat_lead(ka, lead, Lk, d, dt),
-        v=flat_lead(va, lead, Lk, dv, dt), scale=s, causal=bool(causal),
-        mask=mask, mask_map=mask_map, lead=lead, in_dtype=in_dtype,
-    )
-    return prob, q_torch
+    return lead, _check_scale(scale, qa.shape[-1])
 
 
 def finish(out: np.ndarray, prob: Problem, as_torch: bool):
@@ -606,7 +627,8 @@ def core_lead(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> tuple:
                          "broadcast") from None
 
 
-__all__ = ["Problem", "RowMask", "prepare", "finish", "causal_visible", "check_block",
+__all__ = ["Problem", "RowMask", "prepare", "check_shapes", "plane_map", "finish",
+           "causal_visible", "check_block",
            "no_key_rows", "kernel_array", "one_blas_thread",
            "row_chunks", "each_chunk", "mask_planes", "flat_lead", "rows2d",
            "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",

@@ -59,13 +59,20 @@ def _reference(prob: Problem, return_stats: bool):
     return reference_core(prob), None
 
 
-def _flash(prob: Problem, return_stats: bool, block_q: int = BLOCK_Q_DEFAULT,
-           block_k: int = BLOCK_K_DEFAULT):
-    bq = check_block(block_q, "block_q", prob.Lq)
-    bk = check_block(block_k, "block_k", prob.Lk)
+def flash_setup(Lq: int, Lk: int, block_q: int = BLOCK_Q_DEFAULT,
+                block_k: int = BLOCK_K_DEFAULT):
+    """``(cfg, block_q, block_k, round_inputs_bf16)`` of a ``flash`` call (the engine's
+    arguments; shared by the CPU and GPU engines, as :func:`lowprec.kernels.baps.engine_setup`)."""
+    bq = check_block(block_q, "block_q", Lq)
+    bk = check_block(block_k, "block_k", Lk)
+    return EngineConfig(flow=FA2, exp=EXP_FLOAT), bq, bk, False
+
+
+def _flash(prob: Problem, return_stats: bool, **options):
+    cfg, bq, bk, _ = flash_setup(prob.Lq, prob.Lk, **options)
     out, flags, rr = run_engine(prob.q, prob.k, prob.v, scale=prob.scale, causal=prob.causal,
                                 mask=prob.mask, mask_map=prob.mask_map, block_q=bq,
-                                block_k=bk, cfg=EngineConfig(flow=FA2, exp=EXP_FLOAT))
+                                block_k=bk, cfg=cfg)
     return out, (tile_stats(flags, rr, False) if return_stats else None)
 
 
@@ -73,4 +80,4 @@ register(Scheme("reference", "exact softmax attention in float64 (the accuracy o
                 _reference, options=(), float64=True, order=0, error_bound=1e-12))
 register(Scheme("flash", "float32 tiled online-softmax attention (FlashAttention-2, base 2)",
                 _flash, options=("block_q", "block_k"), stats=BapsStats, order=10,
-                error_bound=1e-4))
+                error_bound=1e-4, engine=flash_setup))

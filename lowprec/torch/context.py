@@ -597,6 +597,12 @@ class Emulation:
         _no_grad_check((q, k, v) + ((mask,) if float_mask else ()), "scaled_dot_product_attention"
                        " inputs")
         device = q.device
+        from ..kernels import get_scheme
+        from ..kernels.device import wants_device
+
+        if wants_device(get_scheme(self.scheme), q):
+            return self._sdpa_device(func, q, k, v, mask, is_causal, scale, gqa, float_mask,
+                                     module)
         if any(t.device.type != "cpu" for t in (q, k, v)) or \
                 (isinstance(mask, torch.Tensor) and mask.device.type != "cpu"):
             if not self._warned_device:
@@ -644,6 +650,49 @@ class Emulation:
         self._record(rec, signal, noise)
         if out.device != device:
             out = out.to(device)
+        return out
+
+    def _sdpa_device(self, func, q, k, v, mask, is_causal, scale, gqa, float_mask, module):
+        """One SDPA call of a scheme of the GPU engine (``flash``, ``baps``) on q's device
+        (:mod:`lowprec.kernels.device`): no host transfer of the tensors, GQA heads read by
+        index, one read-back of the statistics per call; the steps of :meth:`_sdpa`."""
+        import torch
+
+        from ..kernels import get_scheme
+        from ..kernels.device import attention_device
+
+        mask = materialize_mask(mask, q, k)
+        dev = q.device
+        Lq, Lk = q.shape[-2], k.shape[-2]
+        causal = bool(is_causal)
+        lp_mask = mask.detach() if isinstance(mask, torch.Tensor) else mask
+        if causal and (Lq != Lk):  # torch's is_causal is top-left aligned: fold it into the mask
+            tril = torch.ones(Lq, Lk, dtype=torch.bool, device=dev).tril()
+            lp_mask = combine(lp_mask, tril)
+            causal = False
+        t0 = time.perf_counter()
+        out, st, empty, n_empty = attention_device(
+            get_scheme(self.scheme), q, k, v, scale=scale, causal=causal, attn_mask=lp_mask,
+            return_stats=True, options=self.options, gqa=bool(gqa), with_empty=True)
+        seconds = time.perf_counter() - t0  # includes the call's one read-back (a sync)
+        if empty is not None:
+            empty = torch.broadcast_to(empty, out.shape[:-1])
+            if n_empty and self.empty_rows == "zero":
+                out = out.masked_fill(empty[..., None], 0)
+        sq = None
+        signal = noise = 0.0
+        if self.reference:
+            kr, vr = repeat_kv(q, k, v) if gqa else (k, v)
+            ref = func(q.detach().float(), kr.detach().float(), vr.detach().float(),
+                       attn_mask=mask.detach().float() if float_mask else mask, dropout_p=0.0,
+                       is_causal=bool(is_causal), scale=scale)
+            signal, noise = powers(out, ref, empty)
+            sq = sqnr_db(signal, noise)
+        name = self._module_name() if module is None else module
+        rec = CallRecord(len(self.stats.calls), name, tuple(q.shape),
+                         tuple(k.shape), tuple(v.shape), str(q.dtype), bool(is_causal),
+                         mask is not None, bool(gqa), seconds, sq, n_empty, st)
+        self._record(rec, signal, noise)
         return out
 
     def _record(self, rec: CallRecord, signal: float, noise: float) -> None:

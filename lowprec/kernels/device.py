@@ -1,0 +1,364 @@
+"""``lp.attention`` on a CUDA tensor's own device: ``flash`` and ``baps`` through the GPU engine
+(:func:`lowprec.gpu.engine.run_engine_gpu`; docs/design.md "Attention on the device").
+
+:func:`lowprec.attention` calls :func:`attention_device` when q is a torch tensor on a non-CPU
+device and the scheme has an ``engine`` setup (:class:`lowprec.kernels.Scheme`); so does
+``lp.emulate`` for a model on the GPU.  The call keeps the CPU path's contract, step by step:
+
+* validation: the same checks and messages (:func:`~lowprec.kernels.problem.check_shapes`
+  and :func:`~lowprec.kernels.problem.plane_map` on the tensors' shapes, the dtype rules of
+  ``prepare``, the scheme's own option checks through its ``engine`` setup, which the CPU
+  scheme runs too; an empty call validates its options with the CPU's one-element run).
+  k and v must be on q's device (ValueError); a mask given as a NumPy array or a tensor on
+  another device is copied to q's device (it is the one input that may come from the host).
+* inputs are never copied to the host: leading dims broadcast as views, float64 is rounded to
+  float32 on the device (as the CPU's ``astype``), GQA key/value heads are read by index
+  (``gqa=True``, or a key/value head dim of 1 broadcast over the query heads);
+* masks become the engine's additive float32 planes ``(M, Lq, Lk)`` with the CPU's plane map
+  (booleans 0 / -inf, broadcast dims shared);
+* rows that see no key are NaN (a kernel's own NaN kept), as ``lp.attention`` writes them;
+* statistics are built by the CPU's own code (``online.tile_stats`` from the engine's flags
+  and restarted rows; ``nonfinite_rows``, ``noisy_rows`` counted on the device).
+
+**Synchronisation.**  The call launches asynchronously and reads back, at its end, one small
+int64 tensor holding the flags, restarted rows and the counters (``return_stats=True``) and
+the additive mask's NaN / +inf test (a float mask): one device-to-host copy, hence one
+synchronisation, per call that needs either; none otherwise.  A float mask with NaN or +inf
+therefore raises after the engine ran (same message as the CPU); when the options are bad too,
+the option's error is raised first (the CPU raises the mask's).
+
+``noisy_rows`` (baps with bfloat16 inputs) is the CPU's float64 estimate
+(:func:`~lowprec.kernels.problem.logit_noise`, model ``"bfloat16"``) computed with torch on the
+device; its sums run in another order than NumPy's, so a row whose estimate lies within a few
+float64 ulps of the 0.5-nat threshold could count differently (never seen in the tests).
+
+Test hook: :func:`force_engine` makes both entry points take this path for CPU tensors, where
+the engine runs in Triton's interpreter (``TRITON_INTERPRET=1``, set by tests/conftest.py on
+machines without CUDA): the CI tests compare it bit for bit with the CPU path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..formats._arrays import _ALLOWED, BF16, is_torch
+from .problem import _BF16_STEP2, _IN_ALLOWED, _IN_DTYPES, NOISE_NATS, check_shapes, plane_map
+
+_FORCE = [False]
+
+
+@contextlib.contextmanager
+def force_engine():
+    """Test hook: within the context, :func:`lowprec.attention` and ``lp.emulate`` run
+    ``flash``/``baps`` on CPU tensors through the device path (the GPU engine, in Triton's
+    interpreter when ``TRITON_INTERPRET=1``) instead of the Numba engine."""
+    old = _FORCE[0]
+    _FORCE[0] = True
+    try:
+        yield
+    finally:
+        _FORCE[0] = old
+
+
+def wants_device(scheme, q) -> bool:
+    """Whether a call of ``scheme`` (a registered :class:`~lowprec.kernels.Scheme`) with query
+    ``q`` runs on q's device: a torch tensor not on the CPU (or any torch tensor under
+    :func:`force_engine`) and a scheme with a GPU engine."""
+    if scheme.engine is None or not is_torch(q):
+        return False
+    return q.device.type != "cpu" or _FORCE[0]
+
+
+def _np_dtype(t, what: str, allow_bool: bool = False):
+    """The NumPy dtype ``to_numpy`` would give tensor ``t`` (its TypeError for complex and,
+    unless allowed, bool tensors)."""
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        return BF16
+    if t.is_complex() or (t.dtype == torch.bool and not allow_bool):
+        raise TypeError(f"{what} has dtype {t.dtype}; allowed: {_ALLOWED}")
+    return torch.empty(0, dtype=t.dtype).numpy().dtype
+
+
+def _standin(t, what: str, min_ndim: int = 2):
+    """A zero-memory NumPy array of ``t``'s shape and dtype for the CPU's shape checks; the
+    dtype and rank checks of ``problem._as_float``."""
+    dt = _np_dtype(t, what)
+    if dt not in _IN_DTYPES:
+        raise TypeError(f"{what} has dtype {dt}; allowed: {_IN_ALLOWED}")
+    arr = np.broadcast_to(np.zeros((), dtype=dt), tuple(t.shape))
+    if arr.ndim < min_ndim:
+        raise ValueError(f"{what} must have shape (..., L, d), got {arr.shape}")
+    return arr
+
+
+def _to_engine_dtype(t):
+    """float64 rounded to float32 on the device (RNE, as the CPU's ``astype``); the engine
+    widens float32/float16/bfloat16 itself."""
+    import torch
+
+    return t.to(torch.float32) if t.dtype == torch.float64 else t
+
+
+def _as4(t, lead: tuple, heads: int, L: int, D: int):
+    """``t`` broadcast to ``lead[:-1] + (heads, L, D)`` as ``(Z, heads, L, D)`` (a view where
+    the strides allow it, else one copy on the device)."""
+    n = len(lead)
+    t = t.reshape((1,) * (n + 2 - t.dim()) + tuple(t.shape))
+    Z = int(np.prod(lead[:-1], dtype=np.int64)) if n else 1
+    return t.expand(tuple(lead[:-1]) + (heads, L, D)).reshape(Z, heads, L, D)
+
+
+def _mask_planes(attn_mask, lead: tuple, Lq: int, Lk: int, dev):
+    """``(planes float32 (M, Lq, Lk) on dev, map (B,) int64 numpy, bad)``: the additive planes
+    of ``problem._prepare_mask`` built on the device; ``bad`` a device tensor ``[nan, +inf]``
+    of the float mask's forbidden values (None for a boolean mask)."""
+    import torch
+
+    if attn_mask is None:
+        return None, None, None
+    if is_torch(attn_mask):
+        m = attn_mask.detach()
+        dt = _np_dtype(m, "attn_mask", allow_bool=True)
+    else:
+        from ..formats._arrays import to_numpy
+
+        arr, _ = to_numpy(attn_mask, "attn_mask")
+        dt = arr.dtype
+        if dt.kind == "f" and not dt.isnative:
+            arr = arr.astype(dt.newbyteorder("="))
+        m = torch.from_numpy(np.ascontiguousarray(arr.view(np.int16) if dt == BF16 else arr))
+        if dt == BF16:
+            m = m.view(torch.bfloat16)
+    mshape, mmap = plane_map(tuple(m.shape), lead, Lq, Lk, "attn_mask")
+    if dt != np.bool_ and not (dt.kind == "f" or dt == BF16):
+        raise TypeError(
+            f"attn_mask has dtype {dt}; allowed: bool (True = attend) or a float dtype "
+            "(added to the scaled scores)"
+        )
+    m = m.to(dev).reshape(mshape)
+    M = int(np.prod(mshape[:-2], dtype=np.int64))
+    planes = m.expand(mshape[:-2] + (Lq, Lk)).reshape(M, Lq, Lk)
+    if dt == np.bool_:
+        zero = torch.zeros((), dtype=torch.float32, device=dev)
+        return torch.where(planes, zero, zero - math.inf), mmap, None
+    add = planes.to(torch.float32)
+    bad = torch.stack([torch.isnan(add).any(), (add == math.inf).any()])
+    return add, mmap, bad
+
+
+def _visibility(planes, mmap_t, Lq: int, Lk: int, causal: bool, dev):
+    """Boolean ``(M, Lq, Lk)`` keys visible per plane (mask and causal), or None without a
+    mask."""
+    import torch
+
+    if planes is None:
+        return None
+    vis = planes != -math.inf
+    if causal:
+        i = torch.arange(Lq, device=dev)[:, None]
+        j = torch.arange(Lk, device=dev)[None, :]
+        vis = vis & (j <= i + (Lk - Lq))[None]
+    return vis
+
+
+def _no_key_rows(vis, mmap_t, B: int, Lq: int, Lk: int, causal: bool, dev):
+    """Boolean ``(B, Lq)`` rows that see no key (``problem._no_key_rows`` on the device; a
+    tensor even when it holds no True, so that no value is read)."""
+    import torch
+
+    if vis is None:
+        if Lk == 0:
+            return torch.ones((B, Lq), dtype=torch.bool, device=dev)
+        if not causal or Lq <= Lk:
+            return None
+        return (torch.arange(Lq, device=dev) + (Lk - Lq) < 0).expand(B, Lq)
+    return (~vis.any(dim=2))[mmap_t]
+
+
+def _taking_part(vis, mmap_t, B: int, Lq: int, Lk: int, causal: bool, dev):
+    """``Problem.taking_part`` on the device: ``(rows (B, Lq), keys (B, Lk))`` boolean."""
+    import torch
+
+    if vis is None:
+        keys = torch.ones((B, Lk), dtype=torch.bool, device=dev)
+        lim = torch.arange(Lq, device=dev) + (Lk - Lq) if causal else \
+            torch.full((Lq,), Lk - 1, device=dev)
+        rows = (lim >= 0).expand(B, Lq) if Lk else \
+            torch.zeros((B, Lq), dtype=torch.bool, device=dev)
+        return rows, keys
+    rows_p = vis.any(dim=2)
+    keys_p = vis.any(dim=1)
+    if Lq == Lk:
+        rows_p = rows_p & keys_p
+    return rows_p[mmap_t], keys_p[mmap_t]
+
+
+def _noisy_rows(q4, k4, scale: float, parts, none):
+    """``noisy_rows`` of the ``"bfloat16"`` noise model (``attention._noisy_rows`` with
+    ``problem.logit_noise``) on the device, as a 0-d int64 tensor; k/v heads by index."""
+    import torch
+
+    Z, H, Lq, d = q4.shape
+    Hkv, Lk = k4.shape[1], k4.shape[2]
+    g = H // Hkv
+    q = q4.to(torch.float32).to(torch.float64)
+    ksq = k4.to(torch.float32).to(torch.float64) ** 2  # (Z, Hkv, Lk, d)
+    if parts is not None:
+        q = torch.where(parts[0].reshape(Z, H, Lq, 1), q, 0.0)
+        pk = parts[1].reshape(Z, Hkv, g, Lk).to(torch.float64)
+        nk = torch.clamp(parts[1].reshape(Z, Hkv, g, Lk).sum(dim=3), min=1)
+        k2 = torch.einsum("zkgj,zkjd->zkgd", pk, ksq) / nk[..., None]
+    else:
+        k2 = ksq.mean(dim=2)[:, :, None].expand(Z, Hkv, g, d)
+    k2 = k2.reshape(Z, H, d)
+    var = _BF16_STEP2 * 2.0 * torch.einsum("zhid,zhd->zhi", q * q, k2)
+    est = torch.sqrt(var) * abs(scale)
+    noisy = ~(est <= NOISE_NATS)
+    B = Z * H
+    noisy = noisy.reshape(B, Lq)
+    if parts is not None:
+        noisy = noisy & parts[0]
+    elif none is not None:
+        noisy = noisy & ~none
+    return noisy.sum(dtype=torch.int64)
+
+
+def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
+                     return_stats=False, options=None, gqa=False, with_empty=False):
+    """:func:`lowprec.attention` of scheme record ``s`` (one with an ``engine``) on q's device.
+
+    Args:
+        s: the :class:`~lowprec.kernels.Scheme` (options already checked against its names).
+        q, k, v: torch tensors on one device, shapes as :func:`lowprec.attention` takes them;
+            with ``gqa=True`` the key/value head dim (-3) may divide the query's (query head
+            ``h`` reads key/value head ``h // (Hq // Hkv)``, as SDPA's ``enable_gqa``).
+        scale, causal, attn_mask, return_stats: as :func:`lowprec.attention`.
+        options: the scheme's options.
+        with_empty: also return ``(none, n_none)``: the boolean ``lead + (Lq,)`` device
+            tensor of rows that see no key (or None when none can be) and their count (an
+            int, read in the call's one synchronisation; 0 unless ``return_stats``).
+
+    Returns:
+        ``out`` (q's dtype and device, ``lead + (Lq, dv)``), ``(out, stats)`` with
+        ``return_stats``, and ``(..., none, n_none)`` with ``with_empty``.
+    """
+    import torch
+
+    from . import _empty_stats, _validate_options
+    from .online import E2E, tile_stats
+
+    options = {} if options is None else options
+    if s.mask_floor is not None:  # pragma: no cover - no engine scheme floors masks
+        raise NotImplementedError(f"scheme {s.name!r} floors masks: no device path")
+    qa, ka, va = _standin(q, "q"), _standin(k, "k"), _standin(v, "v")
+    dev = q.device
+    for name, t in (("k", k), ("v", v)):
+        if t.device != dev:
+            raise ValueError(f"{name} is on {t.device}, q on {dev}: attention runs on q's "
+                             "device")
+    if gqa:  # validate as SDPA's repeat would leave them: key/value heads = query heads
+        if q.dim() < 3 or k.dim() < 3 or v.dim() < 3:  # the messages of sdpa.repeat_kv
+            raise ValueError("enable_gqa=True needs (..., heads, L, d) inputs")
+        hq, hk = q.shape[-3], k.shape[-3]
+        if v.shape[-3] != hk or hq % hk:
+            raise ValueError(f"enable_gqa=True: query heads {hq} must be a multiple of "
+                             f"key/value heads {hk} (= {v.shape[-3]})")
+        ka = np.broadcast_to(ka[..., :1, :, :], ka.shape[:-3] + (hq,) + ka.shape[-2:])
+        va = np.broadcast_to(va[..., :1, :, :], va.shape[:-3] + (hq,) + va.shape[-2:])
+    lead, sc = check_shapes(qa, ka, va, scale=scale, causal=causal)
+    Lq, d = q.shape[-2:]
+    Lk, dv = v.shape[-2:]
+    B = int(np.prod(lead, dtype=np.int64))
+    planes, mmap, bad = _mask_planes(attn_mask, lead, Lq, Lk, dev)
+    empty = B == 0 or Lq == 0 or Lk == 0 or dv == 0
+    if empty:
+        _validate_options(s, SimpleNamespace(d=d, q=np.zeros(0, np.float32), scale=sc,
+                                             in_dtype=np.float32), options)
+    else:
+        cfg, bq, bk, rnd = s.engine(Lq, Lk, **options)
+    H = lead[-1] if lead else 1
+    q4 = _as4(_to_engine_dtype(q.detach()), lead, H, Lq, d)
+    kh = 1 if (k.dim() < 3 or k.shape[-3] == 1) else (k.shape[-3] if gqa else H)
+    k4 = _as4(_to_engine_dtype(k.detach()), lead, kh, Lk, d)
+    v4 = _as4(_to_engine_dtype(v.detach()), lead, kh, Lk, dv)
+    mmap_t = None if mmap is None else torch.from_numpy(np.array(mmap)).to(dev)
+    if empty:
+        out = torch.zeros((B, Lq, dv), dtype=torch.float32, device=dev)
+        flags = rr = None
+    else:
+        from ..gpu.engine import run_engine_gpu
+
+        out, flags, rr = run_engine_gpu(q4, k4, v4, scale=sc, causal=bool(causal),
+                                        mask=planes, mask_map=mmap_t, block_q=bq, block_k=bk,
+                                        cfg=cfg, round_inputs_bf16=rnd)
+        out = out.reshape(B, Lq, dv)
+    vis = _visibility(planes, mmap_t, Lq, Lk, bool(causal), dev)
+    none = _no_key_rows(vis, mmap_t, B, Lq, Lk, bool(causal), dev)
+    if none is not None:  # the one place rows that see no key become NaN (a kernel's NaN kept)
+        out = torch.where(none[..., None] & ~torch.isnan(out), math.nan, out)
+
+    # ---- the one read-back: flags, restarted rows, counters, the mask's forbidden values
+    parts = []
+    if bad is not None:
+        parts.append(bad.to(torch.int64))
+    if return_stats:
+        zero = torch.zeros((), dtype=torch.int64, device=dev)
+        if not empty:
+            parts += [flags.reshape(-1).to(torch.int64), rr.to(torch.int64)]
+        fin = torch.isfinite(out).all(dim=-1) if dv else \
+            torch.ones((B, Lq), dtype=torch.bool, device=dev)
+        nonfin = ~fin if none is None else (~fin & ~none)
+        parts.append(nonfin.sum(dtype=torch.int64).reshape(1))
+        model = s.noise(options) if s.noise is not None else None
+        if model is not None and not empty:
+            if model != "bfloat16":  # pragma: no cover - the engine schemes' only model
+                raise NotImplementedError(f"noise model {model!r} on the device")
+            tp = _taking_part(vis, mmap_t, B, Lq, Lk, bool(causal), dev) \
+                if planes is not None or causal else None
+            parts.append(_noisy_rows(q4, k4, sc, tp, none).reshape(1))
+        else:
+            parts.append(zero.reshape(1))
+        parts.append((none.sum(dtype=torch.int64) if none is not None else zero).reshape(1))
+    host = torch.cat(parts).cpu().numpy() if parts else None
+    pos = 0
+    if bad is not None:
+        pos = 2
+        if host[0]:
+            raise ValueError("attn_mask contains NaN; use -inf (or False) to mask a key")
+        if host[1]:
+            raise ValueError("attn_mask contains +inf; use -inf (or False) to mask a key")
+    stats = None
+    n_none = 0
+    if return_stats:
+        if empty:
+            stats = _empty_stats(s)
+        else:
+            nq, nk = flags.shape[1], flags.shape[2]
+            fl = host[pos:pos + flags.numel()].astype(np.int8).reshape(B, nq, nk)
+            pos += flags.numel()
+            rrh = host[pos:pos + B].astype(np.int64)
+            pos += B
+            stats = tile_stats(fl, rrh, cfg.flow == E2E)
+        stats.nonfinite_rows = int(host[pos])
+        stats.mask_floored = 0
+        if s.noise is not None:
+            stats.noisy_rows = int(host[pos + 1])
+        n_none = int(host[pos + 2])
+
+    res = out.reshape(tuple(lead) + (Lq, dv))
+    if res.dtype != q.dtype:
+        res = res.to(q.dtype)  # RNE, overflow to Inf: NumPy's astype of tiling.finish
+    result = (res, stats) if return_stats else (res,)
+    if with_empty:
+        nr = None if none is None else none.reshape(tuple(lead) + (Lq,))
+        result = result + (nr, n_none)
+    return result if len(result) > 1 else result[0]
+
+
+__all__ = ["attention_device", "force_engine", "wants_device"]
