@@ -633,21 +633,10 @@ class Emulation:
         if empty is not None:
             empty = torch.broadcast_to(empty, out.shape[:-1])
             n_empty = int(empty.sum())
-            if n_empty and self.empty_rows == "zero":
-                out = out.masked_fill(empty[..., None], 0)
-        sq = None
-        signal = noise = 0.0
-        if self.reference:
-            ref = func(qc.float(), kc.float(), vc.float(),
-                       attn_mask=mc.float() if float_mask else mc, dropout_p=0.0,
-                       is_causal=bool(is_causal), scale=scale)
-            signal, noise = powers(out, ref, empty)
-            sq = sqnr_db(signal, noise)
-        name = self._module_name() if module is None else module
-        rec = CallRecord(len(self.stats.calls), name, tuple(q.shape),
-                         tuple(k.shape), tuple(v.shape), str(q.dtype), bool(is_causal),
-                         mask is not None, bool(gqa), seconds, sq, n_empty, st)
-        self._record(rec, signal, noise)
+        out = self._close_call(
+            func, out, st, seconds, empty, n_empty,
+            lambda: (qc.float(), kc.float(), vc.float(), mc.float() if float_mask else mc),
+            (q, k, v, mask, is_causal, scale, gqa), module)
         if out.device != device:
             out = out.to(device)
         return out
@@ -677,15 +666,28 @@ class Emulation:
         seconds = time.perf_counter() - t0  # includes the call's one read-back (a sync)
         if empty is not None:
             empty = torch.broadcast_to(empty, out.shape[:-1])
-            if n_empty and self.empty_rows == "zero":
-                out = out.masked_fill(empty[..., None], 0)
+
+        def ref_inputs():  # float32 SDPA on the device (GQA repeated for it only)
+            kr, vr = repeat_kv(q, k, v) if gqa else (k, v)
+            return (q.detach().float(), kr.detach().float(), vr.detach().float(),
+                    mask.detach().float() if float_mask else mask)
+
+        return self._close_call(func, out, st, seconds, empty, n_empty, ref_inputs,
+                                (q, k, v, mask, is_causal, scale, gqa), module)
+
+    def _close_call(self, func, out, st, seconds, empty, n_empty, ref_inputs, call, module):
+        """The end of an emulated SDPA call (CPU and device paths): rows that see no key
+        zeroed (``empty_rows="zero"``), the ``reference=`` SQNR (``ref_inputs()`` gives q, k,
+        v and the mask for torch's float32 SDPA ``func``), the call recorded."""
+        q, k, v, mask, is_causal, scale, gqa = call
+        if n_empty and self.empty_rows == "zero":
+            out = out.masked_fill(empty[..., None], 0)
         sq = None
         signal = noise = 0.0
         if self.reference:
-            kr, vr = repeat_kv(q, k, v) if gqa else (k, v)
-            ref = func(q.detach().float(), kr.detach().float(), vr.detach().float(),
-                       attn_mask=mask.detach().float() if float_mask else mask, dropout_p=0.0,
-                       is_causal=bool(is_causal), scale=scale)
+            qr, kr, vr, mr = ref_inputs()
+            ref = func(qr, kr, vr, attn_mask=mr, dropout_p=0.0, is_causal=bool(is_causal),
+                       scale=scale)
             signal, noise = powers(out, ref, empty)
             sq = sqnr_db(signal, noise)
         name = self._module_name() if module is None else module

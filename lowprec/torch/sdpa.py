@@ -15,8 +15,9 @@
   the model), ``empty_rows="nan"`` keeps lowprec's NaN.
 * ``dropout_p > 0`` raises ``ValueError``; q, k, v or a float mask requiring grad while grad mode
   is enabled raises ``RuntimeError`` (forward emulation only: use ``torch.no_grad()``).
-* CUDA (or any non-CPU) tensors are moved to the CPU, computed there and the result moved back,
-  with one ``UserWarning`` per context.
+* CUDA (or any non-CPU) tensors: ``flash`` and ``baps`` run on their device
+  (:mod:`lowprec.kernels.device`, GQA by index, no host transfer); the other schemes move them
+  to the CPU, compute there and move the result back, with one ``UserWarning`` per context.
 """
 
 from __future__ import annotations
