@@ -253,6 +253,12 @@ def test_same_errors(case):
     assert got == want
 
 
+def test_inputs_must_share_q_device():
+    q, k, v = qkv(Z=1, Hq=1, Hkv=1, Lq=8, Lk=8, seed=16)
+    with on_device(), pytest.raises(ValueError, match="runs on q's device"):
+        lp.attention(dev(q), k.numpy(), dev(v), "flash")
+
+
 # ------------------------------------------------------------------------------------------
 # lp.emulate
 

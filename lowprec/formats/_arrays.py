@@ -37,7 +37,8 @@ def to_numpy(x, what: str = "x"):
         if x.device.type != "cpu":
             raise ValueError(
                 f"{what} is a torch tensor on {x.device}; this function runs on the CPU "
-                f"(the codecs take CUDA tensors, the attention kernels do not yet): pass "
+                f"(the codecs and the attention schemes flash and baps take CUDA tensors, "
+                f"this function does not): pass "
                 f"{what}.cpu()"
             )
         t = x.detach()

@@ -256,12 +256,15 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
     options = {} if options is None else options
     if s.mask_floor is not None:  # pragma: no cover - no engine scheme floors masks
         raise NotImplementedError(f"scheme {s.name!r} floors masks: no device path")
-    qa, ka, va = _standin(q, "q"), _standin(k, "k"), _standin(v, "v")
     dev = q.device
     for name, t in (("k", k), ("v", v)):
+        if not is_torch(t):
+            raise ValueError(f"{name} is a {type(t).__name__}, q a torch tensor on {dev}: "
+                             "attention runs on q's device; pass a tensor there")
         if t.device != dev:
             raise ValueError(f"{name} is on {t.device}, q on {dev}: attention runs on q's "
                              "device")
+    qa, ka, va = _standin(q, "q"), _standin(k, "k"), _standin(v, "v")
     if gqa:  # validate as SDPA's repeat would leave them: key/value heads = query heads
         if q.dim() < 3 or k.dim() < 3 or v.dim() < 3:  # the messages of sdpa.repeat_kv
             raise ValueError("enable_gqa=True needs (..., heads, L, d) inputs")
