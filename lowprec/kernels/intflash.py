@@ -25,7 +25,12 @@ round to float16, nearest even)::
 
 Choices (spec section 6; the paper's code is Triton on a GPU): the GPU's ``exp2`` and row
 sums are replaced by the correctly rounded float32 ``exp2`` and left-to-right sums (the
-hardware's approximate ``ex2`` and tree reductions are not reproducible on a CPU); the block
+hardware's approximate ``ex2`` and tree reductions are not reproducible on a CPU).  The
+authors' kernels run by Triton's interpreter (``scripts/intflash_triton_oracle.py``) give these
+bits exactly once the interpreter's ``exp2`` is correctly rounded and ``tl.sum`` runs left to
+right; unpatched, the interpreter's numpy float32 ``exp2`` (SVML under AVX-512, within one ulp,
+host-dependent) and ``np.sum``'s pairwise order move about 0.02 % of float16 outputs by one ulp,
+host artefacts and not the GPU's arithmetic (docs/design.md, issue 16).  The block
 sizes are parameters (the authors autotune them over 32..256; results depend on ``block_k``
 only).  Causal is correct here (bottom-right aligned, section 0): key tiles entirely in a
 query tile's future are skipped and a row's masked keys take no part; the authors' causal
