@@ -5,8 +5,9 @@ Quantization (:func:`quantize_inputs`): per-token ``s_q[i] = max_d |q[i]| / 127`
 one scale per (batch, head) for v (the paper's "tensor-level"), ``x8 = RNE(x / s)``.
 
 Core (:func:`intflash_core`) per (batch, head), query tiles of ``block_q`` rows, key tiles of
-``block_k`` keys, ``c = fp32(scale * log2(e))``; every step is one correctly rounded float32
-operation in this order (``f16()`` = round to float16, nearest even)::
+``block_k`` keys, ``c = fp32(fp32(scale) * fp32(log2 e))`` (the authors' float32 ``sm_scale *
+1.44269504``); every step is one correctly rounded float32 operation in this order (``f16()`` =
+round to float16, nearest even)::
 
     m = -inf, l = 1, acc = 0                               (float32)
     per key tile:
@@ -24,7 +25,12 @@ operation in this order (``f16()`` = round to float16, nearest even)::
 
 Choices (spec section 6; the paper's code is Triton on a GPU): the GPU's ``exp2`` and row
 sums are replaced by the correctly rounded float32 ``exp2`` and left-to-right sums (the
-hardware's approximate ``ex2`` and tree reductions are not reproducible on a CPU); the block
+hardware's approximate ``ex2`` and tree reductions are not reproducible on a CPU).  The
+authors' kernels run by Triton's interpreter (``scripts/intflash_triton_oracle.py``) give these
+bits exactly once the interpreter's ``exp2`` is correctly rounded and ``tl.sum`` runs left to
+right; unpatched, the interpreter's numpy float32 ``exp2`` (SVML under AVX-512, within one ulp,
+host-dependent) and ``np.sum``'s pairwise order move about 0.02 % of float16 outputs by one ulp,
+host artefacts and not the GPU's arithmetic (docs/design.md, issue 16).  The block
 sizes are parameters (the authors autotune them over 32..256; results depend on ``block_k``
 only).  Causal is correct here (bottom-right aligned, section 0): key tiles entirely in a
 query tile's future are skipped and a row's masked keys take no part; the authors' causal
@@ -387,7 +393,10 @@ def _run(q8, k8, v8, vh, sq, sk, sv, scale, Br, Bc, causal, half, planes, mmap, 
     the scores by the int8 plumbing's exact GEMM in chunks of whole query tiles."""
     B, Lq, _ = q8.shape
     dv = vh.shape[2] if half else v8.shape[2]
-    c = np.float32(float(scale) * LOG2E)
+    # the authors' `qk_scale = sm_scale; qk_scale *= 1.44269504`: sm_scale is a float32 kernel
+    # argument and the product is one float32 multiplication (fp32(1.44269504) = fp32(log2 e));
+    # fp32(scale * log2 e) in float64 differs by one ulp for ~28 % of scales (1.3, 1/sqrt(48))
+    c = np.float32(np.float32(scale) * _LOG2E_F32)
     out = np.empty((B, Lq, dv), dtype=np.float32)
     w = kernel_array
     args = (w(v8, np.int32), w(vh, np.float32), w(sq, np.float32), w(sk, np.float32),
@@ -415,7 +424,7 @@ def intflash_core(q8, k8, v8, s_q, s_k, s_v, scale: float, block_q: int = BLOCK_
         s_q, s_k: per-token scales broadcastable to ``(..., Lq)`` and ``(..., Lk)`` (float32).
         s_v: per-(batch, head) scale broadcastable to the leading shape (ignored, may be
             None, for ``"half"``).
-        scale: softmax scale (``c = fp32(scale * log2 e)``).
+        scale: softmax scale (``c = fp32(fp32(scale) * fp32(log2 e))``).
         block_q, block_k: tile sizes (results depend on ``block_k`` only).
         causal: bottom-right aligned causal mask (key ``j > i + Lk - Lq`` masked).
         variant: ``"full"`` (int8 P and v) or ``"half"`` (v float16, ``P = f16(p)``).

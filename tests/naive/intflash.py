@@ -42,7 +42,7 @@ def intflash_head(q8, k8, v, s_q, s_k, s_v, scale, block_k, causal=False, varian
     """
     Lq, d = q8.shape
     Lk, dv = v.shape
-    c = f32(scale * LOG2E)
+    c = f32(f32(scale) * f32(LOG2E))  # the authors' float32 sm_scale * 1.44269504
     out = np.zeros((Lq, dv), dtype=np.dtype(output))
     for i in range(Lq):
         m, l, acc = f32(-np.inf), f32(1.0), [f32(0.0)] * dv
