@@ -411,19 +411,32 @@ def int_scores(q8: np.ndarray, k8t: np.ndarray) -> np.ndarray:
     return np.matmul(q8, k8t)
 
 
-def score_chunks(q8: np.ndarray, k8: np.ndarray, align: int = 1):
-    """``(g0, g1, r0, r1, S)`` over the row chunks (:func:`~.problem.row_chunks`) of int8
-    ``q8 (B, Lq, d)`` and ``k8 (B, Lk, d)``: ``S (g1 - g0, r1 - r0, Lk)`` the exact products
-    ``q8 k8^T`` (float, from one BLAS call per chunk; codes in [-128, 127])."""
-    from .problem import row_chunks
+def score_chunks(q8: np.ndarray, k8: np.ndarray, work, counts: np.ndarray,
+                 align: int = 1) -> None:
+    """``work(g0, r0, S)`` over the row chunks (:func:`~.problem.row_chunks`) of int8
+    ``q8 (B, Lq, d)`` and ``k8 (B, Lk, d)``, with ``S (g1 - g0, r1 - r0, Lk)`` the exact
+    products ``q8 k8^T`` (float, from one BLAS call per chunk; codes in [-128, 127]); ``work``
+    returns per-row counters ``(rows, K)``, summed per entry into ``counts (B, K)``.  Large
+    calls run the chunks in parallel (:func:`~.problem.run_chunks`: ``work`` calls its
+    parallel kernels through :func:`~.problem.sized`)."""
+    from .problem import chunk_threads, row_chunks, run_chunks
 
     B, Lq, d = q8.shape
     Lk = k8.shape[1]
     dt = gemm_dtype(d, 128, 128)
     qf = np.asarray(q8, dtype=dt)
     kt = np.ascontiguousarray(np.transpose(k8, (0, 2, 1)), dtype=dt)
-    for g0, g1, r0, r1 in row_chunks(B, Lq, Lk, align=align):
-        yield g0, g1, r0, r1, int_scores(qf[g0:g1, r0:r1], kt[g0:g1])
+    threads = chunk_threads(B * Lq * Lk)
+
+    def chunk(g0, g1, r0, r1):
+        cnt = work(g0, r0, int_scores(qf[g0:g1, r0:r1], kt[g0:g1]))
+        return g0, g1, cnt.reshape((g1 - g0, -1, counts.shape[1])).sum(axis=1)
+
+    def then(res):
+        g0, g1, cnt = res
+        counts[g0:g1] += cnt
+
+    run_chunks(list(row_chunks(B, Lq, Lk, align=align, parts=threads)), chunk, then, threads)
 
 
 def exact_pv(P: np.ndarray, v8: np.ndarray, max_row_sum: int) -> np.ndarray:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..formats._jit import for_size, jit
-from .problem import Problem
+from ..formats._jit import jit
+from .problem import Problem, sized
 
 ALL_VISIBLE = np.ones((1, 1), np.bool_)  # the visibility argument when every key is visible
 
@@ -45,7 +45,7 @@ def float_scores(prob: Problem, g0: int, g1: int, r0: int, r1: int, add, q64, k6
     G = np.matmul(q64[g0:g1, r0:r1], k64t[g0:g1]).reshape((-1, prob.Lk))
     x = np.empty(G.shape, dtype=np.float32)
     addr = add.reshape(G.shape) if add is not None else x
-    for_size(_scale_scores, G.size)(G, float(prob.scale), addr, add is not None, x)
+    sized(_scale_scores, G.size)(G, float(prob.scale), addr, add is not None, x)
     return x
 
 

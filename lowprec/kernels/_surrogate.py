@@ -21,7 +21,7 @@ from numba import prange
 
 from ..formats._jit import jit
 from ._int8 import QKV8, exact_pv, int_scores
-from .problem import Problem, row_chunks
+from .problem import Problem, chunk_threads, row_chunks, run_chunks
 
 NO_VIS = np.zeros((0, 0), dtype=np.bool_)  # "every key visible" for the row kernels
 
@@ -63,16 +63,28 @@ def visibility(prob: Problem) -> np.ndarray:
     return NO_VIS if vis is None else vis
 
 
-def fill_logits(prob: Problem, qz: QKV8, fill) -> None:
+def _chunks(prob: Problem):
+    """The row chunks of a call and the threads that run them (:func:`run_chunks`)."""
+    threads = chunk_threads(prob.B * prob.Lq * prob.Lk)
+    return list(row_chunks(prob.B, prob.Lq, prob.Lk, parts=threads)), threads
+
+
+def fill_logits(prob: Problem, qz: QKV8, fill, then=None) -> None:
     """Call ``fill(rows, S, add)`` for every row chunk: ``rows`` a slice of the flat rows,
     ``S`` the exact scores ``(n, Lk)`` (float), ``add`` the finite additive mask ``(n, Lk)``
-    float32 or None."""
+    float32 or None; ``then(result)`` in chunk order on the calling thread.  Large calls run
+    the chunks in parallel (:func:`~.problem.run_chunks`: ``fill`` calls its parallel kernels
+    through :func:`~.problem.sized`)."""
     Lq, Lk = prob.Lq, prob.Lk
-    for g0, g1, r0, r1 in row_chunks(prob.B, Lq, Lk):
+
+    def work(g0, g1, r0, r1):
         rm = prob.rows(g0, g1, r0, r1)
         S = int_scores(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1]).reshape((-1, Lk))
         add = rm.add.reshape((-1, Lk)) if rm.add is not None else None
-        fill(chunk_rows(g0, g1, r0, r1, Lq), S, add)
+        return fill(chunk_rows(g0, g1, r0, r1, Lq), S, add)
+
+    chunks, threads = _chunks(prob)
+    run_chunks(chunks, work, then, threads)
 
 
 @jit(parallel=True)
@@ -97,8 +109,12 @@ def exact_attend(P: np.ndarray, prob: Problem, v8: np.ndarray) -> tuple[np.ndarr
     psum = int(rs.max()) if rs.size else 0
     P3 = P.reshape((B, Lq, Lk))
     O = np.empty((B, Lq, prob.dv), dtype=np.float64)
-    for g0, g1, r0, r1 in row_chunks(B, Lq, Lk):
+
+    def work(g0, g1, r0, r1):
         O[g0:g1, r0:r1] = exact_pv(P3[g0:g1, r0:r1], v8[g0:g1], psum)
+
+    chunks, threads = _chunks(prob)
+    run_chunks(chunks, work, None, threads)
     return O, rs.reshape((B, Lq))
 
 

@@ -134,7 +134,7 @@ from ._fp import mul32 as _mul
 from ._fp import sub32 as _sub
 from ._int8 import INT8_QMAX, check_positive_scale, quantize_problem, unnormalized
 from ._surrogate import exact_attend, fill_logits, logits_f32, row_block, vis_block, visibility
-from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, softmax_rows
+from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, sized, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (specs/attention.md section 7)
@@ -743,8 +743,8 @@ def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, o
     x = np.empty((B * Lq, Lk), dtype=np.float32)  # logits, then the surrogate's output
 
     def fill(rows, S, add):
-        for_size(logits_f32, S.size)(S, s_row[rows], S if add is None else add,
-                                     add is not None, x[rows])
+        sized(logits_f32, S.size)(S, s_row[rows], S if add is None else add, add is not None,
+                                  x[rows])
 
     fill_logits(prob, qz, fill)
     vis = visibility(prob)

@@ -39,7 +39,7 @@ from ._scores import (
     nan_rows,
     row_max,
 )
-from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, each_chunk, softmax_rows
+from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, each_chunk, sized, softmax_rows
 
 #: EXAQ's clipping rule ``C = a * sigma + b`` per bit width (attention.md 3, EXAQ Table 1).
 EXAQ_AB = {2: (-1.66, -1.85), 3: (-1.75, -2.06), 4: (-1.83, -2.27)}
@@ -89,13 +89,18 @@ def _exaq_accumulate(x, m, lim, vis, has_vis, acc):
     return acc
 
 
+def _maxes(x, lim, vis, has_vis):
+    """float64 row maxima of :func:`row_max` (in parallel, serial in a chunk worker)."""
+    m = np.empty(x.shape[0], dtype=np.float64)
+    sized(_row_maxes, x.size)(x, lim, vis, has_vis, m)
+    return m
+
+
 def _exaq_moments(x, lim, vis, has_vis, acc):
     """Accumulate count, sum, sum of squares and min of the max-centred visible finite scores
     (float32 ``x - rowmax``) into ``acc`` (4,) float64: row maxima in parallel, the sums in
     row-major order."""
-    m = np.empty(x.shape[0], dtype=np.float64)
-    for_size(_row_maxes, x.size)(x, lim, vis, has_vis, m)
-    return _exaq_accumulate(x, m, lim, vis, has_vis, acc)
+    return _exaq_accumulate(x, _maxes(x, lim, vis, has_vis), lim, vis, has_vis, acc)
 
 
 #: a key more than this many nats below its row's max that lands on the top level counts as
@@ -281,25 +286,28 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
             lm = lim[rs] if part is None else np.where(part[e, r0:r1], lim[rs], -1)
             yield group[e], rs, lm
 
-    def moments(g0, g1, r0, r1, rm):  # pass 1: sigma and min of each group
+    def moments(g0, g1, r0, r1, rm):  # pass 1: the scores and their row maxima (parallel)
         lim, vis, add = rm
         sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
+        scores[g0, r0] = sc
+        vv = ALL_VISIBLE if vis is None else vis
+        return 0.0, (sc, lim, vv, vis is not None, _maxes(sc, lim, vv, vis is not None),
+                     g0, g1, r0, r1)
+
+    def accumulate(chunk):  # sigma and min of each group: sums in row-major order
+        sc, lim, vv, has_vis, m, g0, g1, r0, r1 = chunk
         if ng == 1 and part is None:  # one sequence over the chunk, in row-major order
-            _exaq_moments(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, acc[0])
+            _exaq_accumulate(sc, m, lim, vv, has_vis, acc[0])
         else:
             for g, rs, lm in entries(g0, g1, r0, r1, lim):
-                _exaq_moments(sc[rs], np.ascontiguousarray(lm),
-                              ALL_VISIBLE if vis is None else vis[rs], vis is not None, acc[g])
-        scores[g0, r0] = sc
-        return 0.0
+                _exaq_accumulate(sc[rs], m[rs], np.ascontiguousarray(lm),
+                                 vv[rs] if has_vis else vv, has_vis, acc[g])
 
-    each_chunk(prob, moments)
+    each_chunk(prob, moments, accumulate)
     params = [_exaq_params(acc[g], b) for g in range(ng)]  # (sigma, C, lo, delta) per group
-    empty_rows = 0
-    merged = 0
+    counts = np.zeros(2, dtype=np.int64)  # empty rows, merged keys
 
     def quantise(g0, g1, r0, r1, rm):  # pass 2: quantise and normalise
-        nonlocal empty_rows, merged
         lim, vis, add = rm
         sc = scores.pop((g0, r0))
         P = np.empty(sc.shape, dtype=np.float64)
@@ -310,18 +318,20 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
                 break  # one group: the whole chunk at once
             rs = slice(0, sc.shape[0]) if ng == 1 else slice((e - g0) * n, (e - g0 + 1) * n)
             _, _, lo, delta = params[group[e]]
-            for_size(_exaq_rows, sc[rs].size)(
+            sized(_exaq_rows, sc[rs].size)(
                 sc[rs], lim[rs], ALL_VISIBLE if vis is None else vis[rs], vis is not None, lo,
                 delta, float(1 << b), P[rs], mg[rs])
-        merged += int(mg.sum())
-        empty_rows += nan_rows(P)
-        return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
+        return (float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1),
+                (nan_rows(P), int(mg.sum())))
 
-    out = each_chunk(prob, quantise)
+    def then(cnt):
+        counts[:] += cnt
+
+    out = each_chunk(prob, quantise, then)
     st = None
     if return_stats:
-        st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows,
-                               logits=int(acc[:, 0].sum()), exaq_merged=merged,
+        st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=int(counts[0]),
+                               logits=int(acc[:, 0].sum()), exaq_merged=int(counts[1]),
                                exaq_clip=[[sg, cv, lo] for sg, cv, lo, _ in params])
     return out, st
 

@@ -78,7 +78,7 @@ from ._check import bool_mask, check_bool, check_choice, check_int, int_input
 from ._hccs_search import DELTA_BINS, DMAX_MAX, I16_T, INT16_MAX, Z_MIN, _histograms, _search
 from ._int8 import check_positive_scale, quantize_problem, unnormalized
 from ._surrogate import NO_VIS, exact_attend, fill_logits, row_block, vis_block, visibility
-from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, rows2d, softmax_rows
+from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, rows2d, sized, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (seed hccs.txt)
@@ -714,9 +714,9 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
         logits = np.empty((Bn * Lq, Lk), dtype=np.float64)
 
         def keep(rows, S, add):
-            for_size(_quantized_logits, S.size)(S, c_row[rows], S if add is None else add,
-                                                add is not None, np.ones(S.shape[0]), NO_VIS,
-                                                x8[rows], logits[rows], True)
+            sized(_quantized_logits, S.size)(S, c_row[rows], S if add is None else add,
+                                             add is not None, np.ones(S.shape[0]), NO_VIS,
+                                             x8[rows], logits[rows], True)
 
         fill_logits(prob, qz, keep)
         if vis.shape[0]:
@@ -747,15 +747,15 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
         for n in per_row:
             per_row[n][rs] = np.broadcast_to(getattr(pg, n), (H,))[head[rs]]
     xs = per_row["x_scale"]
-    sat = 0
+    sats = []
 
     def quantise(rows, S, add):
-        nonlocal sat
-        kernel = for_size(_quantized_logits, S.size)
-        sat += int(kernel(S, c_row[rows], S if add is None else add, add is not None, xs[rows],
+        kernel = sized(_quantized_logits, S.size)
+        return int(kernel(S, c_row[rows], S if add is None else add, add is not None, xs[rows],
                           vis[rows] if vis.shape[0] else NO_VIS, x8[rows], _NO_LOGITS, False))
 
-    fill_logits(prob, qz, quantise)
+    fill_logits(prob, qz, quantise, sats.append)
+    sat = sum(sats)
     Bv, Sv, Dv = (np.ascontiguousarray(per_row[n]) for n in ("B", "S", "Dmax"))
     P32 = np.empty(x8.shape, dtype=np.int32)
     counts = _core(x8, vis, Bv, Sv, Dv, _check_path(path), _check_out_shift(out_shift, path),

@@ -105,7 +105,15 @@ from ._scores import (
     float_scores,
     nan_rows,
 )
-from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, check_block, each_chunk, softmax_rows
+from .problem import (
+    MASK_FLOOR,
+    SCALE_SCOPES,
+    Problem,
+    check_block,
+    each_chunk,
+    sized,
+    softmax_rows,
+)
 
 BITS_DEFAULT = 5  # attention.md 3: b = 5, a 32-entry LUT (paper section 4.4)
 C_DEFAULT = 6.6  # attention.md 3: clipping threshold c (paper section 4.4)
@@ -644,11 +652,11 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
     nb = (1 << b) - 1
     pmax = P_SCALES[pf]
     info_all = np.zeros((B, Lq, _N_INFO), dtype=np.int64)
-    msat = 0
+    msat = [0]
 
     def step(g0, g1, r0, r1, rm):
-        nonlocal msat
         gh, rows = g1 - g0, r1 - r0
+        sat = 0
         lim, vis, add = rm
         S = int_scores(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1])  # exact integers (< 2**31)
         cint = np.ascontiguousarray(cint_row[g0:g1, r0:r1]).reshape(-1)
@@ -662,19 +670,23 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
                 bias = np.clip(np.rint(add.astype(np.float64) / alpha_row[g0:g1, r0:r1, None]),
                                -2.0 * LOGIT_LIMIT, 2.0 * LOGIT_LIMIT)
                 S = S + bias
-                sat = np.abs(S) > LOGIT_LIMIT
+                big = np.abs(S) > LOGIT_LIMIT
                 if vis is not None:
-                    sat &= vis.reshape(S.shape)
-                msat += int(np.count_nonzero(sat))
+                    big &= vis.reshape(S.shape)
+                sat = int(np.count_nonzero(big))
                 S = np.clip(S, -LOGIT_LIMIT, LOGIT_LIMIT)
             s2 = S.astype(np.int32).reshape((gh * rows, Lk))
             P, info = _run_core(s2, cint, lim, vis, lut, nb, mode, pmax, dep, tail, b)
             P = P.reshape((gh, rows, Lk))
         psum = int(info[:, _I_PSUM].max()) if info.size else 0
         info_all[g0:g1, r0:r1] = info.reshape((gh, rows, _N_INFO))
-        return _out_rows(exact_pv(P, qz.v8[g0:g1], psum), qz.sv[g0:g1], pmax)
+        return _out_rows(exact_pv(P, qz.v8[g0:g1], psum), qz.sv[g0:g1], pmax), sat
 
-    out = each_chunk(prob, step)
+    def then(sat):
+        msat[0] += sat
+
+    out = each_chunk(prob, step, then)
+    msat = msat[0]
     if not return_stats:
         return out, None
     c_rec = cint_row[:, ::qz.block][:, :qz.groups] if Lq else np.zeros((B, 0), np.int64)
@@ -695,21 +707,19 @@ def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFA
     Lk = prob.Lk
     lut = index_lut(b, cf).astype(np.int64)
     q64, k64t, v64 = float64_operands(prob)
-    empty_rows = 0
+    empty_rows = []
 
     def step(g0, g1, r0, r1, rm):
-        nonlocal empty_rows
         lim, vis, add = rm
         sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
         P = np.empty(sc.shape, dtype=np.float64)
-        for_size(_float_index_rows, sc.size)(sc, lim, ALL_VISIBLE if vis is None else vis,
-                                             vis is not None, lut, (1 << b) - 1, np.float32(cf),
-                                             mode, P)
-        empty_rows += nan_rows(P)
-        return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
+        sized(_float_index_rows, sc.size)(sc, lim, ALL_VISIBLE if vis is None else vis,
+                                          vis is not None, lut, (1 << b) - 1, np.float32(cf),
+                                          mode, P)
+        return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1), nan_rows(P)
 
-    out = each_chunk(prob, step)
-    st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=empty_rows) \
+    out = each_chunk(prob, step, empty_rows.append)
+    st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=sum(empty_rows)) \
         if return_stats else None
     return out, st
 
@@ -724,11 +734,9 @@ def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tenso
     qz = quantize_problem(prob, gran, blk, check_choice(scale_scope, "scale_scope",
                                                         SCALE_SCOPES))
     scale32 = np.float32(prob.scale)
-    empty_rows = 0
-    unnorm = 0
+    counts = np.zeros(2, dtype=np.int64)  # empty rows, unnormalized rows
 
     def step(g0, g1, r0, r1, rm):
-        nonlocal empty_rows, unnorm
         gh, rows = g1 - g0, r1 - r0
         lim, vis, add = rm
         S = int_scores(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1]).reshape((gh * rows, Lk))
@@ -736,20 +744,24 @@ def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tenso
         sk = np.repeat(qz.sk[g0:g1], rows)
         P8 = np.empty(S.shape, dtype=np.float32)
         addr = add.reshape(S.shape) if add is not None else P8
-        psum = for_size(_quant_only_rows, S.size)(S, scale32, sq, sk, addr, add is not None, lim,
-                                ALL_VISIBLE if vis is None else vis, vis is not None, P8)
+        psum = sized(_quant_only_rows, S.size)(S, scale32, sq, sk, addr, add is not None, lim,
+                                               ALL_VISIBLE if vis is None else vis,
+                                               vis is not None, P8)
         none = rm.none_visible(Lk)
-        empty_rows += int(none.sum())
-        unnorm += unnormalized(P8.sum(axis=1, dtype=np.float64), float(INT8_QMAX), ~none)
+        cnt = (int(none.sum()),
+               unnormalized(P8.sum(axis=1, dtype=np.float64), float(INT8_QMAX), ~none))
         return _out_rows(exact_pv(P8.reshape((gh, rows, Lk)), qz.v8[g0:g1], psum),
-                         qz.sv[g0:g1], INT8_QMAX)
+                         qz.sv[g0:g1], INT8_QMAX), cnt
 
-    out = each_chunk(prob, step)
+    def then(cnt):
+        counts[:] += cnt
+
+    out = each_chunk(prob, step, then)
     st = None
     if return_stats:
-        st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=empty_rows,
+        st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=int(counts[0]),
                                quantized=qz.quantized, saturated=qz.saturated,
-                               unnormalized_rows=unnorm)
+                               unnormalized_rows=int(counts[1]))
     return out, st
 
 

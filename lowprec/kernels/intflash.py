@@ -45,7 +45,7 @@ from numba import prange
 
 from ..formats._arrays import to_numpy
 from ..formats._bits import f32_as_u32
-from ..formats._jit import for_size, jit
+from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_real, float_input
@@ -64,6 +64,7 @@ from .problem import (
     int8_input,
     kernel_array,
     mask_planes,
+    sized,
 )
 
 BLOCK_Q_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
@@ -394,9 +395,11 @@ def _run(q8, k8, v8, vh, sq, sk, sv, scale, Br, Bc, causal, half, planes, mmap, 
             w(sv, np.float32), c, w(planes, np.float32), w(mmap, np.int64), has_mask, causal,
             Br, Bc, half, round_out)
     counts = np.zeros((B, _NCOUNT), dtype=np.int64)
-    for g0, g1, r0, _, S in score_chunks(q8, k8, align=min(Br, max(Lq, 1))):
-        cnt = for_size(_intflash_kernel, S.size)(S, *args, g0, r0, Lq, _P8, out)
-        counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
+
+    def work(g0, r0, S):
+        return sized(_intflash_kernel, S.size)(S, *args, g0, r0, Lq, _P8, out)
+
+    score_chunks(q8, k8, work, counts, align=min(Br, max(Lq, 1)))
     return out, counts
 
 

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from numba import prange
 
-from ..formats._jit import for_size, jit
+from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_int, check_real, float_input, int_input
@@ -67,6 +67,7 @@ from .problem import (
     int8_input,
     kernel_array,
     mask_planes,
+    sized,
 )
 
 SHIFT_EXP = 16  # attention.md 4 / Alg. 2 eq. 16: fixed-point bits of exp_M and req_M
@@ -672,11 +673,13 @@ def _run_core(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k, bias_planes, bma
     counts = np.zeros((B, _NCOUNT), dtype=np.int64)
     bias_planes = kernel_array(bias_planes, np.int64)
     bmap = kernel_array(bmap, np.int64)
-    for g0, g1, r0, _, S in score_chunks(q8, k8):
-        kernel = for_size(_qflash_kernel, S.size)
-        cnt = kernel(S, vi, bias_planes, bmap, has_bias, causal, g0, r0, Lq, R,
-                             exp_M, req_M, l_M, acc_M, block_k, m_init, division, out)
-        counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
+
+    def work(g0, r0, S):
+        return sized(_qflash_kernel, S.size)(S, vi, bias_planes, bmap, has_bias, causal, g0, r0,
+                                             Lq, R, exp_M, req_M, l_M, acc_M, block_k, m_init,
+                                             division, out)
+
+    score_chunks(q8, k8, work, counts)
     return out, counts
 
 
