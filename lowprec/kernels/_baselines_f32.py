@@ -277,7 +277,9 @@ def _ivit_f32(x, codes, xvals, vis, s, x0, nx0, n, out_bits, y, counts):
 
 @jit(inline="always")
 def _ibert_e_dense(x, r, s, m, x0i, nx0, bi, ci, n, e):
-    """Pass 1 of a dense row into ``e[r]``; returns ``(floor clamps, the row's max e)``."""
+    """Pass 1 of a dense row into ``e`` (a row buffer: ``x`` may be the output array, and
+    writing the row in place would keep LLVM from vectorizing); returns ``(floor clamps, the
+    row's max e)``."""
     nfl = 0
     ek = np.int64(0)  # max e on the bits (e >= 0, or -0.0, which leaves the max unchanged)
     for j in range(x.shape[1]):
@@ -290,7 +292,7 @@ def _ibert_e_dense(x, r, s, m, x0i, nx0, bi, ci, n, e):
         zz = _add(_mul(rr, _add(rr, bi)), ci)
         ev = _floor(_mul(zz, _pow2(n - np.int64(q))))  # 0 <= n - q <= n
         ev = np.float32(0.0) if ev < 0 else ev
-        e[r, j] = ev
+        e[j] = ev
         ek = max(ek, np.int64(np.int32(f32_as_u32(ev))))
     return nfl, u32_as_f32(np.uint32(ek))
 
@@ -309,7 +311,8 @@ def _ibert_exp_f32(x, vis, s, x0i, nx0, bi, ci, n, e, rowflag, counts):
             dense, mx = _dense_max(x, r)
             if dense:
                 rowflag[r] = 0
-                nfl, em = _ibert_e_dense(x, r, s, _div(mx, s), x0i, nx0, bi, ci, n, e)
+                nfl, em = _ibert_e_dense(x, r, s, _div(mx, s), x0i, nx0, bi, ci, n, xi)
+                e[r] = xi
                 counts[_C_FLOOR] += nfl
                 if em > emax:
                     emax = em

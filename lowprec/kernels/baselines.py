@@ -504,10 +504,11 @@ def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, o
     x = np.empty((B * Lq, Lk), dtype=np.float32)  # logits, then the surrogate's output
 
     def fill(rows, S, add):
-        sized(logits_f32, S.size)(S, s_row[rows], S if add is None else add, add is not None,
-                                  x[rows])
+        xr = x[rows]
+        sized(logits_f32, S.size)(xr, s_row[rows], xr if add is None else add, add is not None,
+                                  S, S.base is not x)  # float64 scores (d > 1040) are read
 
-    fill_logits(prob, qz, fill)
+    fill_logits(prob, qz, fill, out=x)
     vis = visibility(prob)
     part = prob.taking_part()[0].reshape(-1) if scope == "visible" else None
     counts = np.zeros(_NCOUNT, dtype=np.int64)

@@ -39,7 +39,15 @@ from ._scores import (
     nan_rows,
     row_max,
 )
-from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, each_chunk, sized, softmax_rows
+from .problem import (
+    MASK_FLOOR,
+    SCALE_SCOPES,
+    Problem,
+    each_chunk,
+    scratch,
+    sized,
+    softmax_rows,
+)
 
 #: EXAQ's clipping rule ``C = a * sigma + b`` per bit width (attention.md 3, EXAQ Table 1).
 EXAQ_AB = {2: (-1.66, -1.85), 3: (-1.75, -2.06), 4: (-1.83, -2.27)}
@@ -288,7 +296,7 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
 
     def moments(g0, g1, r0, r1, rm):  # pass 1: the scores and their row maxima (parallel)
         lim, vis, add = rm
-        sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
+        sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t, keep=True)
         scores[g0, r0] = sc
         vv = ALL_VISIBLE if vis is None else vis
         return 0.0, (sc, lim, vv, vis is not None, _maxes(sc, lim, vv, vis is not None),
@@ -310,7 +318,7 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
     def quantise(g0, g1, r0, r1, rm):  # pass 2: quantise and normalise
         lim, vis, add = rm
         sc = scores.pop((g0, r0))
-        P = np.empty(sc.shape, dtype=np.float64)
+        P = scratch("exaq.P", sc.shape, np.float64)
         mg = np.zeros(sc.shape[0], dtype=np.int64)
         n = r1 - r0
         for e in range(g0, g1):

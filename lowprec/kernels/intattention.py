@@ -111,6 +111,7 @@ from .problem import (
     Problem,
     check_block,
     each_chunk,
+    scratch,
     sized,
     softmax_rows,
 )
@@ -712,7 +713,7 @@ def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFA
     def step(g0, g1, r0, r1, rm):
         lim, vis, add = rm
         sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
-        P = np.empty(sc.shape, dtype=np.float64)
+        P = scratch("index_softmax_only.P", sc.shape, np.float64)
         sized(_float_index_rows, sc.size)(sc, lim, ALL_VISIBLE if vis is None else vis,
                                           vis is not None, lut, (1 << b) - 1, np.float32(cf),
                                           mode, P)
