@@ -309,70 +309,92 @@ class HccsParams:
 # Core
 
 
+@jit(inline="always")
+def _hccs_out(out, r, sbuf, n, path, out_shift, clb_t, z, counts):
+    """Output row ``r`` from the surrogate values ``sbuf`` (-1 = masked: output 0) and their
+    sum ``z`` along ``path``."""
+    if path == 0:
+        rho = np.int32(I16_T // z)
+        for j in range(n):
+            sc = sbuf[j]
+            out[r, j] = 0 if sc < 0 else np.int32(sc * rho)
+    elif path == 1:
+        rho = np.int32((I8_T << INV_SHIFT) // z)
+        if rho > INT16_MAX:
+            counts[_C_RHO] += 1
+        sh = INV_SHIFT + out_shift
+        for j in range(n):
+            sc = sbuf[j]
+            out[r, j] = 0 if sc < 0 else np.int32(np.int32(sc * rho) >> sh)
+    else:
+        k = 0
+        t = z
+        while t > 1:
+            t >>= 1
+            k += 1
+        sat = 0
+        for j in range(n):
+            sc = sbuf[j]
+            p = np.int32(np.int32(sc * clb_t) >> k)
+            sat += (p > U8_MAX) & (sc >= 0)
+            out[r, j] = 0 if sc < 0 else min(p, U8_MAX)
+        counts[_C_SAT] += sat
+
+
 @jit
 def _hccs_rows(x, vis, Bv, Sv, Dv, path, out_shift, clb_t, out, counts):
-    """Rows of int8 logits ``x (R, n)`` -> int32 ``out``; per-row int32 parameters."""
+    """Rows of int8 logits ``x (R, n)`` -> ``out`` (int32, or float32 holding the integers);
+    per-row int32 parameters.  Rows without a mask run branch-free (LLVM vectorizes them;
+    int32 sums wrap alike in any order)."""
     R, n = x.shape
     use_vis = vis.shape[0] > 0
+    sbuf = np.empty(n, np.int32)  # s of each entry, -1 where masked
     for r in range(R):
         b = np.int32(Bv[r])
         sl = np.int32(Sv[r])
         dm = np.int32(Dv[r])
         m = np.int32(-129)
         cnt = 0
-        for j in range(n):
-            if use_vis and not vis[r, j]:
-                continue
-            xv = np.int32(x[r, j])
-            if xv > m:
-                m = xv
-            cnt += 1
+        if use_vis:
+            for j in range(n):
+                if not vis[r, j]:
+                    continue
+                xv = np.int32(x[r, j])
+                if xv > m:
+                    m = xv
+                cnt += 1
+        else:
+            for j in range(n):
+                m = max(m, np.int32(x[r, j]))
+            cnt = n
         if cnt == 0:
             counts[_C_EMPTY] += 1
             for j in range(n):
                 out[r, j] = 0
             continue
         z = np.int32(0)
-        for j in range(n):
-            if use_vis and not vis[r, j]:
-                out[r, j] = -1
-                continue
-            d = np.int32(m - np.int32(x[r, j]))
-            if d > dm:
-                d = dm
-                counts[_C_CLIP] += 1
-            sc = np.int32(b - np.int32(sl * d))
-            out[r, j] = sc
-            z = np.int32(z + sc)
-        if path == 0:
-            rho = np.int32(I16_T // z)
+        clip = 0
+        if use_vis:
             for j in range(n):
-                sc = out[r, j]
-                out[r, j] = 0 if sc < 0 else np.int32(sc * rho)
-        elif path == 1:
-            rho = np.int32((I8_T << INV_SHIFT) // z)
-            if rho > INT16_MAX:
-                counts[_C_RHO] += 1
-            sh = INV_SHIFT + out_shift
-            for j in range(n):
-                sc = out[r, j]
-                out[r, j] = 0 if sc < 0 else np.int32(np.int32(sc * rho) >> sh)
-        else:
-            k = 0
-            t = z
-            while t > 1:
-                t >>= 1
-                k += 1
-            for j in range(n):
-                sc = out[r, j]
-                if sc < 0:
-                    out[r, j] = 0
+                if not vis[r, j]:
+                    sbuf[j] = -1
                     continue
-                p = np.int32(np.int32(sc * clb_t) >> k)
-                if p > U8_MAX:
-                    p = U8_MAX
-                    counts[_C_SAT] += 1
-                out[r, j] = p
+                d = np.int32(m - np.int32(x[r, j]))
+                if d > dm:
+                    d = dm
+                    clip += 1
+                sc = np.int32(b - np.int32(sl * d))
+                sbuf[j] = sc
+                z = np.int32(z + sc)
+        else:
+            for j in range(n):
+                d = np.int32(m - np.int32(x[r, j]))
+                clip += d > dm
+                sc = np.int32(b - np.int32(sl * min(d, dm)))
+                sbuf[j] = sc
+                z = np.int32(z + sc)
+        counts[_C_CLIP] += clip
+        _hccs_out(out, r, sbuf, n, path, out_shift, clb_t, z, counts)
 
 
 def _check_path(path: str) -> int:
@@ -651,9 +673,9 @@ def _check_params_obj(params) -> HccsParams | None:
 @jit(parallel=True)
 def _quantized_logits(S, c, add, has_add, xs, vis, x8, logits, keep):
     """Per row ``r`` (logit unit ``c[r]``, head scale ``xs[r]``): ``t = RNE(fl64(S c (+ add)) /
-    xs)`` clamped to
-    [-127, 127] into int8 ``x8``; with ``keep`` the float64 logits go to ``logits`` too.
-    Returns how many visible logits (``vis``; ``(0, 0)`` = all) were clamped."""
+    xs)`` clamped to [-127, 127] into int8 ``x8``; with ``keep`` the float64 logits go to
+    ``logits`` too.  Returns how many visible logits (``vis``; ``(0, 0)`` = all) were clamped.
+    The loops are branch-free (LLVM vectorizes them)."""
     n, L = S.shape
     use_vis = vis.shape[0] > 0
     sat = np.zeros(n, dtype=np.int64)
@@ -668,11 +690,12 @@ def _quantized_logits(S, c, add, has_add, xs, vis, x8, logits, keep):
             if keep:
                 logits[r, j] = lg
             t = np.rint(lg / d)
-            if t > X8_MAX or t < -X8_MAX:
-                t = min(max(t, -X8_MAX), X8_MAX)
-                if not use_vis or vis[r, j]:
-                    cnt += 1
-            x8[r, j] = np.int8(t)
+            tc = min(max(t, -X8_MAX), X8_MAX)
+            if use_vis:
+                cnt += (tc != t) & vis[r, j]
+            else:
+                cnt += tc != t
+            x8[r, j] = np.int8(tc)
         sat[r] = cnt
     return sat.sum()
 
@@ -757,10 +780,10 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
     fill_logits(prob, qz, quantise, sats.append)
     sat = sum(sats)
     Bv, Sv, Dv = (np.ascontiguousarray(per_row[n]) for n in ("B", "S", "Dmax"))
-    P32 = np.empty(x8.shape, dtype=np.int32)
+    P = np.empty(x8.shape, dtype=np.float32)  # the integer probabilities (exact in float32)
     counts = _core(x8, vis, Bv, Sv, Dv, _check_path(path), _check_out_shift(out_shift, path),
-                   _check_clb_t(clb_T), P32)
-    O, rowsum = exact_attend(P32.astype(np.float32), prob, qz.v8)
+                   _check_clb_t(clb_T), P)
+    O, rowsum = exact_attend(P, prob, qz.v8)
     s_v = qz.sv.astype(np.float64)[:, None, None]
     if dequant == "scale":
         out = O * (s_v * unit)
