@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..formats._bits import F32_ABS, F32_EXP, F32_FRAC_BITS, f32_as_u32, u32_as_f32
+from ..formats._bits import F32_FRAC_BITS, f32_as_u32, u32_as_f32
 from ..formats._jit import jit
 from ._baselines_exact import (
     _C_EMPTY,
@@ -35,6 +35,7 @@ from ._baselines_exact import (
     _visible,
 )
 from ._fp import add32 as _add
+from ._fp import dense_max as _dense_max
 from ._fp import div32 as _div
 from ._fp import floor32 as _floor
 from ._fp import mul32 as _mul
@@ -50,27 +51,6 @@ _EXACT_SUM = 1 << 24  # non-negative integer float32 terms summing to at most th
 
 # --------------------------------------------------------------------------------------------
 # dense-row helpers (branch-free loops that LLVM vectorizes)
-
-
-@jit(inline="always")
-def _order_key(b):
-    """An integer key of float32 bits ``b`` (int64) ordered as the floats (its own inverse)."""
-    return b ^ ((b >> 31) & F32_ABS)
-
-
-@jit(inline="always")
-def _dense_max(x, r):
-    """``(ok, max)`` of row ``r``: ``ok`` when every entry is finite and the maximum is not zero
-    (the rows the dense path takes)."""
-    L = x.shape[1]
-    fin = True
-    mk = np.int64(-(2**31))
-    for j in range(L):
-        b = np.int64(np.int32(f32_as_u32(x[r, j])))
-        mk = max(mk, _order_key(b))
-        fin &= (b & F32_EXP) != F32_EXP
-    mx = u32_as_f32(np.uint32(_order_key(mk) & 0xFFFFFFFF))
-    return fin and L > 0 and mx != 0, mx
 
 
 @jit(inline="always")

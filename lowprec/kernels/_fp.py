@@ -99,4 +99,28 @@ def floor32(a):
     return np.float32(np.floor(a))
 
 
-__all__ = ["round_f16", "round_bf16", "exp2_f32", "add32", "sub32", "mul32", "div32", "floor32"]
+@jit(inline="always")
+def order_key(b):
+    """An integer key of float32 bits ``b`` (int64) ordered as the floats (its own inverse)."""
+    return b ^ ((b >> 31) & F32_ABS)
+
+
+@jit(inline="always")
+def dense_max(x, r):
+    """``(ok, max)`` of float32 row ``x[r]``, taken on the bits (branch-free: LLVM vectorizes
+    it): ``ok`` when every entry is finite and the maximum is not zero (the rows a kernel's
+    dense path takes; a zero maximum leaves the sign of the first maximal zero to the general
+    path)."""
+    L = x.shape[1]
+    fin = True
+    mk = np.int64(-(2**31))
+    for j in range(L):
+        b = np.int64(np.int32(f32_as_u32(x[r, j])))
+        mk = max(mk, order_key(b))
+        fin &= (b & F32_EXP) != F32_EXP
+    mx = u32_as_f32(np.uint32(order_key(mk) & 0xFFFFFFFF))
+    return fin and L > 0 and mx != 0, mx
+
+
+__all__ = ["order_key", "dense_max", "round_f16", "round_bf16", "exp2_f32", "add32", "sub32",
+           "mul32", "div32", "floor32"]

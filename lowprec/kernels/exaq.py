@@ -31,6 +31,7 @@ from ..formats._jit import for_size, jit
 from ..stats import IntAttentionStats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_int
+from ._fp import dense_max
 from ._scores import (
     ALL_VISIBLE,
     float64_operands,
@@ -116,6 +117,82 @@ def _exaq_moments(x, lim, vis, has_vis, acc):
 MERGE_NATS = 1.0
 
 
+#: rows whose sums run interleaved in the dense path of :func:`_exaq_rows`
+EXAQ_GROUP = 4
+
+
+@jit(inline="always")
+def _exaq_row(x, r, lim, vis, has_vis, lo, delta, nlev, out, merged, xq, lev, ev):
+    """One row of :func:`_exaq_rows`, entry by entry (masks, NaN, Inf, no quantisation)."""
+    L = x.shape[1]
+    quant = delta > 0.0 and np.isfinite(delta)
+    nl = int(nlev)
+    top = min(lim[r], L - 1)
+    m = row_max(x, r, top, vis, has_vis)
+    if m == -np.inf or m != m or m == np.inf:
+        for j in range(L):
+            out[r, j] = np.nan
+        return
+    mq = -np.inf
+    nmerged = 0
+    for j in range(L):
+        if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
+            lev[j] = -1
+            continue
+        xc = np.float64(np.float32(np.float64(x[r, j]) - np.float64(m)))
+        if xc != xc:
+            lev[j] = -2
+            xq[j] = np.nan
+            continue
+        xv = min(max(xc, lo), 0.0)
+        lev[j] = -3
+        if quant:
+            q = np.rint((xv - lo) / delta)
+            q = min(max(q, 0.0), nlev - 1.0)
+            lev[j] = np.int64(q)
+            xv = lo + q * delta
+            if q == nlev - 1.0 and xc < -MERGE_NATS:
+                nmerged += 1
+        xq[j] = xv
+        if xv > mq:
+            mq = xv
+    if quant:
+        for u in range(nl):
+            ev[u] = np.exp((lo + np.float64(u) * delta) - mq)
+    z = 0.0
+    for j in range(L):
+        u = lev[j]
+        if u >= 0:
+            xq[j] = ev[u]  # xq now holds the exponentials
+        elif u != -1:
+            xq[j] = np.exp(xq[j] - mq)
+        if u != -1:
+            z += xq[j]
+    for j in range(L):
+        out[r, j] = 0.0 if lev[j] == -1 else np.float32(xq[j] / z)
+    merged[r] = nmerged
+
+
+@jit(inline="always")
+def _exaq_levels(x, r, m, lo, delta, nlev, lev, ev):
+    """The levels of a dense row (every key visible, finite scores) into ``lev`` and the
+    exponential of each level into ``ev`` (the general path's values, without branches);
+    returns the merged keys."""
+    top = nlev - 1.0
+    nmerged = 0
+    qmax = np.int64(0)
+    for j in range(x.shape[1]):
+        xc = np.float64(np.float32(np.float64(x[r, j]) - m))
+        q = min(max(np.rint((min(max(xc, lo), 0.0) - lo) / delta), 0.0), top)
+        lev[j] = np.int64(q)
+        qmax = max(qmax, np.int64(q))
+        nmerged += (q == top) & (xc < -MERGE_NATS)
+    mq = lo + np.float64(qmax) * delta  # the largest level value (monotone in q)
+    for u in range(ev.shape[0]):
+        ev[u] = np.exp((lo + np.float64(u) * delta) - mq)
+    return nmerged
+
+
 @jit(parallel=True)
 def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out, merged):
     """EXAQ softmax of float32 scores ``x`` (N, L): max-centred scores clipped to ``[lo, 0]``,
@@ -123,58 +200,55 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out, merged):
     softmax rounded to float32; masked keys give 0, rows without a visible key NaN.  Rows run
     in parallel; with quantisation the exponential of each level is computed once per row (the
     same float64 values, summed in key order).  ``merged[r]``: keys of row r more than
-    :data:`MERGE_NATS` below the max that share the max's level."""
+    :data:`MERGE_NATS` below the max that share the max's level.  Rows with every key visible
+    and finite scores take a branch-free path, :data:`EXAQ_GROUP` at a time so that their
+    key-order sums (a chain of dependent additions each) interleave."""
     N, L = x.shape
-    quant = delta > 0.0 and np.isfinite(delta)
     nl = int(nlev)
-    for r in prange(N):
+    G = EXAQ_GROUP
+    dense_ok = delta > 0.0 and np.isfinite(delta) and not has_vis
+    for g in prange((N + G - 1) // G):
         xq = np.empty(L, np.float64)
-        lev = np.empty(L, np.int64)  # level of each key (-1 masked, -2 NaN, -3 unquantised)
-        ev = np.empty(nl, np.float64)
-        top = min(lim[r], L - 1)
-        m = row_max(x, r, top, vis, has_vis)
-        if m == -np.inf or m != m or m == np.inf:
+        lev = np.empty((G, L), np.int64)
+        ev = np.empty((G, nl), np.float64)
+        dense = np.zeros(G, np.bool_)
+        r0 = g * G
+        nd = 0
+        for k in range(min(G, N - r0)):
+            r = r0 + k
+            ok = dense_ok and lim[r] >= L - 1
+            if ok:
+                ok, mx = dense_max(x, r)
+            if ok:
+                dense[k] = True
+                nd += 1
+                merged[r] = _exaq_levels(x, r, np.float64(mx), lo, delta, nlev, lev[k], ev[k])
+            else:
+                _exaq_row(x, r, lim, vis, has_vis, lo, delta, nlev, out, merged, xq, lev[k],
+                          ev[k])
+        z = np.zeros(G)
+        if nd == G:  # four independent key-order sums at once
+            z0, z1, z2, z3 = 0.0, 0.0, 0.0, 0.0
             for j in range(L):
-                out[r, j] = np.nan
-            continue
-        mq = -np.inf
-        nmerged = 0
-        for j in range(L):
-            if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
-                lev[j] = -1
-                continue
-            xc = np.float64(np.float32(np.float64(x[r, j]) - np.float64(m)))
-            if xc != xc:
-                lev[j] = -2
-                xq[j] = np.nan
-                continue
-            xv = min(max(xc, lo), 0.0)
-            lev[j] = -3
-            if quant:
-                q = np.rint((xv - lo) / delta)
-                q = min(max(q, 0.0), nlev - 1.0)
-                lev[j] = np.int64(q)
-                xv = lo + q * delta
-                if q == nlev - 1.0 and xc < -MERGE_NATS:
-                    nmerged += 1
-            xq[j] = xv
-            if xv > mq:
-                mq = xv
-        if quant:
-            for u in range(nl):
-                ev[u] = np.exp((lo + np.float64(u) * delta) - mq)
-        z = 0.0
-        for j in range(L):
-            u = lev[j]
-            if u >= 0:
-                xq[j] = ev[u]  # xq now holds the exponentials
-            elif u != -1:
-                xq[j] = np.exp(xq[j] - mq)
-            if u != -1:
-                z += xq[j]
-        for j in range(L):
-            out[r, j] = 0.0 if lev[j] == -1 else np.float32(xq[j] / z)
-        merged[r] = nmerged
+                z0 += ev[0, lev[0, j]]
+                z1 += ev[1, lev[1, j]]
+                z2 += ev[2, lev[2, j]]
+                z3 += ev[3, lev[3, j]]
+            z[0], z[1], z[2], z[3] = z0, z1, z2, z3
+        else:
+            for k in range(G):
+                if dense[k]:
+                    zk = 0.0
+                    for j in range(L):
+                        zk += ev[k, lev[k, j]]
+                    z[k] = zk
+        for k in range(G):
+            if dense[k]:
+                r = r0 + k
+                for u in range(nl):
+                    ev[k, u] = np.float32(ev[k, u] / z[k])  # the output of each level
+                for j in range(L):
+                    out[r, j] = ev[k, lev[k, j]]
 
 
 # --------------------------------------------------------------------------------------------

@@ -72,6 +72,7 @@ from ..formats._jit import for_size, jit
 from ..stats import IntAttentionStats
 from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, check_real
+from ._fp import dense_max
 from ._int8 import (
     INT8_QMAX,
     check_positive_scale,
@@ -268,13 +269,22 @@ def _deploy_mult(t: int, nb: int) -> int:
 # Numba kernels (plain arrays and ints)
 
 
+@jit(inline="always")
+def _index_of_score(dd, cf, nb32, nb, mode):
+    """The LUT index of a clamped distance ``0 <= dd <= cf`` (float32 steps)."""
+    q = np.float32(np.float32(dd * nb32) / cf)
+    idx = np.int64(q) if mode == _MODE_FLOOR else np.int64(np.rint(q))
+    return min(idx, nb)
+
+
 @jit(parallel=True)
 def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
     """LUT softmax of float32 scores ``x`` (N, L) into ``out`` (float32, or float64 holding the
     float32 results; see :func:`index_softmax_float`); ``-inf`` scores and masked keys give 0,
     rows with NaN or ``+inf``, or without a visible finite score, give NaN.  Rows run in
     parallel; every step is one float32 operation (IEEE: the same bits as the float64
-    evaluation rounded once, which the spec states)."""
+    evaluation rounded once, which the spec states).  Rows with every key visible and finite
+    scores run without branches (LLVM vectorizes them)."""
     N, L = x.shape
     nb32 = np.float32(nb)
     ne = lut.shape[0]
@@ -282,46 +292,54 @@ def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
         idxs = np.empty(L, np.int64)
         ptab = np.empty(ne, np.float32)
         top = min(lim[r], L - 1)
-        m = np.float32(-np.inf)
-        nvis = 0
-        bad = False
-        for j in range(top + 1):
-            if has_vis and not vis[r, j]:
-                continue
-            v = x[r, j]
-            if v != v or v == np.inf:
-                bad = True
-            if v == -np.inf:
-                continue
-            nvis += 1
-            if v > m:
-                m = v
-        if bad or nvis == 0:
+        dense = False
+        if not has_vis and top == L - 1:
+            dense, m = dense_max(x, r)
+        if dense:  # two loops: the lookups kept LLVM from vectorizing the first
             for j in range(L):
-                out[r, j] = np.nan
-            continue
-        z = np.int64(0)
-        for j in range(L):
-            if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
-                idxs[j] = -1
+                idxs[j] = _index_of_score(min(np.float32(m - x[r, j]), cf), cf, nb32, nb, mode)
+            z = np.int64(0)
+            for j in range(L):
+                z += lut[idxs[j]]
+        else:
+            m = np.float32(-np.inf)
+            nvis = 0
+            bad = False
+            for j in range(top + 1):
+                if has_vis and not vis[r, j]:
+                    continue
+                v = x[r, j]
+                if v != v or v == np.inf:
+                    bad = True
+                if v == -np.inf:
+                    continue
+                nvis += 1
+                if v > m:
+                    m = v
+            if bad or nvis == 0:
+                for j in range(L):
+                    out[r, j] = np.nan
                 continue
-            dd = np.float32(m - x[r, j])
-            if dd > cf:
-                dd = cf
-            q = np.float32(np.float32(dd * nb32) / cf)
-            if mode == _MODE_FLOOR:
-                idx = np.int64(q)
-            else:
-                idx = np.int64(np.rint(q))
-            if idx > nb:
-                idx = nb
-            idxs[j] = idx
-            z += lut[idx]
+            z = np.int64(0)
+            for j in range(L):
+                if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
+                    idxs[j] = -1
+                    continue
+                dd = np.float32(m - x[r, j])
+                if dd > cf:
+                    dd = cf
+                idx = _index_of_score(dd, cf, nb32, nb, mode)
+                idxs[j] = idx
+                z += lut[idx]
         zf = np.float32(z)
         for u in range(ne):
             ptab[u] = np.float32(np.float32(lut[u]) / zf)
-        for j in range(L):
-            out[r, j] = 0.0 if idxs[j] < 0 else ptab[idxs[j]]
+        if dense:
+            for j in range(L):
+                out[r, j] = ptab[idxs[j]]
+        else:
+            for j in range(L):
+                out[r, j] = 0.0 if idxs[j] < 0 else ptab[idxs[j]]
 
 
 @jit(parallel=True)
