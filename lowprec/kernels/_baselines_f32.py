@@ -169,65 +169,115 @@ def _ivit_e_dense(x, r, s, m, x0, nx0, n, e):
     return nfl
 
 
+@jit(inline="always")
+def _left_sums4(E, z):
+    """:func:`_left_sum` of the four rows of ``E (4, L)`` into ``z``: the exact totals where
+    they are at most ``2**24``, else the four left-to-right sums interleaved (independent
+    chains of additions; one row's sums take as long as four's)."""
+    L = E.shape[1]
+    exact = True
+    for k in range(4):
+        tot = np.int64(0)
+        neg = False
+        for j in range(L):
+            tot += min(np.int64(E[k, j]), np.int64(_EXACT_SUM + 1))
+            neg |= E[k, j] < 0
+        z[k] = np.float32(tot)
+        exact &= tot <= _EXACT_SUM and not neg
+    if not exact:
+        z0 = z1 = z2 = z3 = np.float32(0.0)
+        for j in range(L):
+            z0 = _add(z0, E[0, j])
+            z1 = _add(z1, E[1, j])
+            z2 = _add(z2, E[2, j])
+            z3 = _add(z3, E[3, j])
+        z[0], z[1], z[2], z[3] = z0, z1, z2, z3
+
+
+@jit(inline="always")
+def _ivit_finish(y, r, e, used, dense, z, out_bits, counts):
+    """Clamp the row sum ``z``, take the reciprocal and write output row ``r``."""
+    two31 = np.float32(2.0**31)
+    out_div = np.float32(2.0 ** (32 - out_bits))
+    if z >= two31:
+        z = two31
+        counts[_C_SUM] += 1
+    f = _floor(_div(two31, z))
+    if dense:
+        _dense_normalise(y, r, e, f, out_div, counts)
+    else:
+        _normalise_row(y, r, e, used, f, out_div, counts)
+
+
 @jit
 def _ivit_f32(x, codes, xvals, vis, s, x0, nx0, n, out_bits, y, counts):
     """I-ViT Shiftmax rows in float32 order.  With ``codes`` (uint8 ``(R, L)``, the index of
     each entry's value in ``xvals``; ``(0, 0)`` = none) every row evaluates ``e`` once per code
-    (the same float32 operations on the same values, so the same bits) and looks entries up."""
+    (the same float32 operations on the same values, so the same bits) and looks entries up.
+    Dense rows go four at a time, so that their row sums interleave (:func:`_left_sums4`)."""
     R, L = x.shape
     use_vis = vis.shape[0] > 0
     coded = codes.shape[0] > 0
     nc = xvals.shape[0]
     xi = np.empty(L, np.float32)
-    e = np.empty(L, np.float32)
+    E = np.zeros((4, L), np.float32)  # e of the group's dense rows
+    zg = np.empty(4, np.float32)
+    rows = np.empty(4, np.int64)
     used = np.empty(L, np.bool_)
-    etab = np.empty(nc, np.float32)
-    ftab = np.empty(nc, np.bool_)
-    two31 = np.float32(2.0**31)
-    out_div = np.float32(2.0 ** (32 - out_bits))
-    for r in range(R):
-        dense = False
-        if coded:  # the visible max code gives the max of fl(x / s) (monotone in x)
-            cnt = 0
-            cm = 0
-            if not use_vis:
-                for j in range(L):
-                    cm = max(cm, np.int64(codes[r, j]))
-                cnt = L
-                dense = True
-            else:
-                for j in range(L):
-                    used[j] = vis[r, j]
-                    if used[j]:
-                        cnt += 1
+    etabs = np.empty((nc, nc), np.float32)  # e of every code for each row max code (cached:
+    ftabs = np.empty((nc, nc), np.bool_)  # e depends on the entry's and the max's codes only)
+    have = np.zeros(nc, np.bool_)
+    for g in range(0, R, 4):
+        nd = 0
+        for r in range(g, min(R, g + 4)):
+            dense = False
+            if coded:  # the visible max code gives the max of fl(x / s) (monotone in x)
+                cnt = 0
+                cm = 0
+                if not use_vis:
+                    for j in range(L):
                         cm = max(cm, np.int64(codes[r, j]))
-            m = _div(xvals[cm], s)
-            bad = False
-        elif not use_vis:
-            dense, mx = _dense_max(x, r)
-            if dense:
-                cnt, m, bad = L, _div(mx, s), False
-        if not coded and not dense:
-            cnt, m, bad = _row_scan_f32(x, vis, use_vis, r, s, xi, used)
-        if cnt == 0 or bad:
-            counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
-            for j in range(L):
-                y[r, j] = np.nan
-            continue
-        if coded:
-            for c in range(cm + 1):
-                etab[c], ftab[c] = _ivit_e(_div(xvals[c], s), m, x0, nx0, n)
-        if dense:
-            if coded:
-                nfl = 0
+                    cnt = L
+                    dense = True
+                else:
+                    for j in range(L):
+                        used[j] = vis[r, j]
+                        if used[j]:
+                            cnt += 1
+                            cm = max(cm, np.int64(codes[r, j]))
+                m = _div(xvals[cm], s)
+                bad = False
+            elif not use_vis:
+                dense, mx = _dense_max(x, r)
+                if dense:
+                    cnt, m, bad = L, _div(mx, s), False
+            if not coded and not dense:
+                cnt, m, bad = _row_scan_f32(x, vis, use_vis, r, s, xi, used)
+            if cnt == 0 or bad:
+                counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
                 for j in range(L):
-                    e[j] = etab[codes[r, j]]
-                    nfl += ftab[codes[r, j]]
-            else:
-                nfl = _ivit_e_dense(x, r, s, m, x0, nx0, n, e)
-            counts[_C_FLOOR] += nfl
-            z = _left_sum(e, L)
-        else:
+                    y[r, j] = np.nan
+                continue
+            if coded:
+                if not have[cm]:
+                    for c in range(cm + 1):
+                        etabs[cm, c], ftabs[cm, c] = _ivit_e(_div(xvals[c], s), m, x0, nx0, n)
+                    have[cm] = True
+                etab, ftab = etabs[cm], ftabs[cm]
+            if dense:  # e now, the row sum with the group's
+                e = E[nd]
+                if coded:
+                    nfl = 0
+                    for j in range(L):
+                        e[j] = etab[codes[r, j]]
+                        nfl += ftab[codes[r, j]]
+                else:
+                    nfl = _ivit_e_dense(x, r, s, m, x0, nx0, n, e)
+                counts[_C_FLOOR] += nfl
+                rows[nd] = r
+                nd += 1
+                continue
+            e = E[3]  # a general row is finished at once (its slot is not taken yet)
             z = np.float32(0.0)
             for j in range(L):
                 if not used[j]:
@@ -241,14 +291,13 @@ def _ivit_f32(x, codes, xvals, vis, s, x0, nx0, n, out_bits, y, counts):
                     counts[_C_FLOOR] += 1
                 e[j] = ev
                 z = _add(z, ev)
-        if z >= two31:
-            z = two31
-            counts[_C_SUM] += 1
-        f = _floor(_div(two31, z))
-        if dense:
-            _dense_normalise(y, r, e, f, out_div, counts)
-        else:
-            _normalise_row(y, r, e, used, f, out_div, counts)
+            _ivit_finish(y, r, e, used, False, z, out_bits, counts)
+        if nd == 1:
+            _ivit_finish(y, rows[0], E[0], used, True, _left_sum(E[0], L), out_bits, counts)
+        elif nd > 1:
+            _left_sums4(E, zg)
+            for k in range(nd):
+                _ivit_finish(y, rows[k], E[k], used, True, zg[k], out_bits, counts)
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from numba import prange
 
 from ..formats import integer as _integer
 from ..formats._bits import f32_as_u32, u32_as_f32
-from ..formats._jit import for_size, jit
+from ..formats._jit import jit
 from ..formats.core import Rounding
 from ..formats.rounding import SR_BITS_DEFAULT
 from ._check import float_input
@@ -262,13 +262,19 @@ def _row_absmax(x, out):
             out[b, i] = np.float64(u32_as_f32(m))
 
 
+def _small_serial(kernel, n: int):
+    """``kernel`` for the q, k or v of a call of ``n`` elements: its serial compilation below
+    :data:`ENCODE_PARALLEL_MIN` (as the codes of :func:`_codes`)."""
+    return kernel if n >= ENCODE_PARALLEL_MIN else kernel.serial
+
+
 def row_amax(x: np.ndarray) -> np.ndarray:
     """float64 ``max |x|`` of every row of ``x (B, L, D)`` (0 for ``D == 0``; NaN or Inf where
     the row holds one)."""
     B, L, D = x.shape
     if x.dtype == np.float32 and x.size:
         a = np.empty((B, L), dtype=np.float64)
-        for_size(_row_absmax, x.size)(np.ascontiguousarray(x), a)
+        _small_serial(_row_absmax, x.size)(np.ascontiguousarray(x), a)
         return a
     if x.size == 0:
         return np.zeros((B, L), dtype=np.float64)
@@ -337,9 +343,9 @@ def _codes_with(x: np.ndarray, s_rows: np.ndarray, qmin: int, what: str, dtype,
         return np.ascontiguousarray(c.transpose(0, 2, 1) if transpose else c, dtype=dtype)
     out = np.empty(shape, dtype=dtype)
     if x.size:
-        for_size(_encode_rows, x.size)(np.ascontiguousarray(x),
-                                       np.ascontiguousarray(s_rows, dtype=np.float64),
-                                       float(qmin), out, transpose)
+        _small_serial(_encode_rows, x.size)(np.ascontiguousarray(x),
+                                           np.ascontiguousarray(s_rows, dtype=np.float64),
+                                           float(qmin), out, transpose)
     return out
 
 

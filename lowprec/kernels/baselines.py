@@ -108,6 +108,7 @@ import numpy as np
 from numba import prange
 
 from ..formats._arrays import to_numpy
+from ..formats._bits import F32_ABS, F32_EXP, f32_as_u32, u32_as_f32
 from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
@@ -440,11 +441,18 @@ def ibert_scale(out_bits: int = 8) -> float:
 
 @jit(parallel=True)
 def _vis_amax(x, vis):
-    """max |x| over the visible entries (``vis``; (0, 0) = all)."""
+    """max |x| over the visible entries (``vis``; (0, 0) = all), NaN left out."""
     n, L = x.shape
     part = np.zeros(n, dtype=np.float32)
     for r in prange(n):
         m = np.float32(0.0)
+        if vis.shape[0] == 0:  # on the bits (branch-free: vectorizes), unless a NaN is there
+            mb = np.uint32(0)
+            for j in range(L):
+                mb = max(mb, np.uint32(f32_as_u32(x[r, j]) & np.uint32(F32_ABS)))
+            if mb <= np.uint32(F32_EXP):
+                part[r] = u32_as_f32(mb)
+                continue
         for j in range(L):
             if vis.shape[0] > 0 and not vis[r, j]:
                 continue
@@ -466,15 +474,18 @@ def _logit_amax(x: np.ndarray, vis: np.ndarray, rows: np.ndarray | None) -> floa
 @jit(parallel=True)
 def _requantize(x, s_x, qmax, codes, coded):
     """``x = fl32(clamp(RNE(x / s_x), -qmax, qmax) * s_x)`` (float64 quotient), in place; with
-    ``coded`` also ``codes = RNE(x / s_x) + qmax`` (uint8, ``2 qmax + 1 <= 256``)."""
+    ``coded`` instead ``codes = RNE(x / s_x) + qmax`` (uint8, ``2 qmax + 1 <= 256``; the
+    surrogate then reads the codes only, ``x`` is left as it is)."""
     n, L = x.shape
     for r in prange(n):
-        for j in range(L):
-            t = np.rint(np.float64(x[r, j]) / s_x)
-            t = min(max(t, -qmax), qmax)
-            x[r, j] = np.float32(t * s_x)
-            if coded:
+        if coded:
+            for j in range(L):
+                t = min(max(np.rint(np.float64(x[r, j]) / s_x), -qmax), qmax)
                 codes[r, j] = np.uint8(t + qmax)
+        else:
+            for j in range(L):
+                t = min(max(np.rint(np.float64(x[r, j]) / s_x), -qmax), qmax)
+                x[r, j] = np.float32(t * s_x)
 
 
 def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, out_bits: int,
