@@ -118,6 +118,18 @@ def logits_f32(x, s_in, add, has_add, S, from_s):
                 x[r, j] = np.float32(np.float64(x[r, j]) * c)
 
 
+@jit
+def _row_sums(P, out):
+    """``out[r] = sum P[r]`` of integer-valued float32 rows (an int64 sum: exact, so the same
+    as any float64 summation while the sums stay below 2**53)."""
+    n, L = P.shape
+    for r in range(n):
+        t = np.int64(0)
+        for j in range(L):
+            t += np.int64(P[r, j])
+        out[r] = np.float64(t)
+
+
 def exact_attend(P: np.ndarray, prob: Problem, v8: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(O, rowsum)``: the exact ``O = P v8`` (float64 ``(B, Lq, dv)``) of integer-valued
     probabilities ``P (B * Lq, Lk)`` (float32; NaN rows must be zeroed by the caller) and each
@@ -130,7 +142,7 @@ def exact_attend(P: np.ndarray, prob: Problem, v8: np.ndarray) -> tuple[np.ndarr
 
     def work(g0, g1, r0, r1):
         Pc = P3[g0:g1, r0:r1]
-        rs[g0:g1, r0:r1] = Pc.sum(axis=2, dtype=np.float64)
+        _row_sums(Pc.reshape((-1, Lk)), rs[g0:g1, r0:r1].reshape(-1))
         psum = int(rs[g0:g1, r0:r1].max()) if Pc.size else 0
         O[g0:g1, r0:r1] = exact_pv(Pc, v8[g0:g1], psum)
 
