@@ -1,33 +1,41 @@
-"""The grid search of HCCS calibration (section III-C, eq. 10): per-row histograms of the
-clamped distances, the objective and the coarse-then-refine search over ``(B, S, Dmax)``
-described in :mod:`lowprec.kernels.hccs` (whose :func:`~lowprec.kernels.hccs.calibrate` calls
-it), kept apart so that ``hccs.py`` stays under the kernels' 900-line limit.  Only ``hccs.py``
-imports this module.
+"""HCCS calibration (section III-C, eq. 10): the reference softmax of the int8 logits (one
+value per code), per-row histograms of the clamped distances, the objective and the
+coarse-then-refine search over ``(B, S, Dmax)`` described in :mod:`lowprec.kernels.hccs` (whose
+:func:`~lowprec.kernels.hccs.calibrate` calls it), and the pipeline's per-call calibration from
+its int8 logits (no float64 copy of the logits), kept apart so that ``hccs.py`` stays under the
+kernels' 900-line limit.  Only ``hccs.py`` imports this module.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import prange
 
 from ..formats._jit import jit
+from ._surrogate import NO_VIS, fill_logits
+from .problem import sized
 
 DMAX_MAX = 127  # section IV-C: clamped distances stay in int8
 Z_MIN = 256  # eq. 11: row sum floor that keeps the int8 reciprocal in int16
 INT16_MAX = 32767  # eq. 11: n * B <= 32767
 I16_T = 32767  # eq. 6: int16 output target scale
 DELTA_BINS = 255  # m - x of int8 logits lies in [0, 254]
+X8_MAX = 127  # symmetric int8 logits
+OBJECTIVES = ("sum", "scale")
 RATIO_GRID = 48  # ratio grid points per Dmax before the golden-section step
 GOLDEN_STEPS = 40
 REFINE_HALF_WIDTH = 2  # S candidates per B: floor(r B) - 1 .. floor(r B) + 2
 
 
 @jit
-def _histograms(x8, vis, qref, qraw, N, M):
+def _histograms(x8, vis, qref, coded, ent_tab, qraw, N, M):
     """Per-row statistics of the clamped distances for every Dmax in 0..127.
 
-    qraw[d] += mass of softmax(qref) at raw distance d (summed over rows); N[r] = visible
-    count; M[r, D] = sum over visible entries of min(m - x, D).  Returns the summed
-    ``sum q log q`` over rows.
+    qraw[d] += mass of the reference softmax at raw distance d (summed over rows); N[r] =
+    visible count; M[r, D] = sum over visible entries of min(m - x, D).  Returns the summed
+    ``sum q log q`` over rows.  The reference probability of entry ``(r, j)`` is
+    ``qref[r, j]``, or with ``coded`` ``qref[r, x8[r, j] + 127]`` (one value per int8 code, as
+    :func:`code_softmax` gives them) with ``q log q`` from ``ent_tab`` alike.
     """
     R, n = x8.shape
     cnt = np.zeros(DELTA_BINS, np.int64)
@@ -45,10 +53,17 @@ def _histograms(x8, vis, qref, qraw, N, M):
                 continue
             d = m - np.int64(x8[r, j])
             cnt[d] += 1
-            qv = qref[r, j]
-            qraw[d] += qv
-            if qv > 0:
-                ent += qv * np.log(qv)
+            if coded:
+                c = np.int64(x8[r, j]) + X8_MAX
+                qv = qref[r, c]
+                qraw[d] += qv
+                if qv > 0:
+                    ent += ent_tab[r, c]
+            else:
+                qv = qref[r, j]
+                qraw[d] += qv
+                if qv > 0:
+                    ent += qv * np.log(qv)
             nv += 1
         N[r] = nv
         # M[r, D] = sum_d cnt[d] * min(d, D); M(D) = M(D-1) + #{d >= D}
@@ -60,6 +75,56 @@ def _histograms(x8, vis, qref, qraw, N, M):
             M[r, D] = acc
             ge -= cnt[D]
     return ent
+
+
+@jit
+def _max_codes(x8, vis, mcode):
+    """Each row's largest visible code."""
+    R, n = x8.shape
+    for r in range(R):
+        m = -129
+        for j in range(n):
+            if vis[r, j] and x8[r, j] > m:
+                m = np.int64(x8[r, j])
+        mcode[r] = m
+
+
+@jit
+def _gather_codes(x8, vis, etab, E):
+    """``E[r, j] = etab[r, x8[r, j] + 127]`` where visible, else 0."""
+    R, n = x8.shape
+    for r in range(R):
+        for j in range(n):
+            E[r, j] = etab[r, np.int64(x8[r, j]) + X8_MAX] if vis[r, j] else 0.0
+
+
+@jit
+def _q_log_q(q, out):
+    """``out = q log q`` where ``q > 0`` (Numba's ``log``, as :func:`_histograms` takes it)."""
+    R, C = q.shape
+    for r in range(R):
+        for c in range(C):
+            qv = q[r, c]
+            out[r, c] = qv * np.log(qv) if qv > 0 else 0.0
+
+
+def code_softmax(x8: np.ndarray, vis: np.ndarray, s_x: float):
+    """The calibration reference ``softmax(x8 s_x)`` over the visible entries of each row (rows
+    with a visible entry), one value per int8 code: ``(q (R, 255), q log q (R, 255))`` indexed
+    by ``code + 127``.  Every value is the one the per-entry evaluation gives (``x8 s_x`` in
+    float64, minus the row max, NumPy's ``exp``, the row sum by NumPy's pairwise summation over
+    the row's entries in order, one division), computed once per code instead of per entry."""
+    R, n = x8.shape
+    vals = np.arange(-X8_MAX, X8_MAX + 1, dtype=np.float64) * s_x  # fl64(code * s_x)
+    mcode = np.empty(R, dtype=np.int64)
+    _max_codes(x8, vis, mcode)
+    etab = np.exp(vals[None, :] - vals[mcode + X8_MAX][:, None])
+    E = np.empty((R, n), dtype=np.float64)
+    _gather_codes(x8, vis, etab, E)
+    q = etab / E.sum(axis=1)[:, None]
+    ent = np.empty_like(q)
+    _q_log_q(q, ent)
+    return q, ent
 
 
 @jit
@@ -149,35 +214,46 @@ def _ratio_opt(qbar, tail, D, Nu, Mu, wu, rmax):
 
 
 @jit
-def _search(qbar, N, M, n, objective, exhaustive, refine):
-    """Grid search over integer (B, S, Dmax); returns (B, S, Dmax, cost)."""
-    lo_add = (Z_MIN + n - 1) // n
-    bmax = INT16_MAX // n
+def _tail(qbar):
+    """``tail[D] = sum_{d >= D} qbar[d]`` for every Dmax (the mass clamped at D)."""
     tail = np.zeros(DMAX_MAX + 1)
     for D in range(DMAX_MAX + 1):
         t = 0.0
         for d in range(D, DELTA_BINS):
             t += qbar[d]
         tail[D] = t
-    width = np.int64(n) * DELTA_BINS + 1
+    return tail
+
+
+@jit
+def _exhaustive(qbar, tail, N, M, lo_add, bmax, width, objective):
+    """Every integer (B, S, Dmax) of the constrained grid; returns (B, S, Dmax, cost)."""
     best = (np.int64(bmax), np.int64(0), np.int64(1), np.inf)
-    if exhaustive:
-        for D in range(1, DMAX_MAX + 1):
-            Nu, Mu, wu = _groups(N, M[:, D], width)
-            for B in range(lo_add, bmax + 1):
-                for S in range((B - lo_add) // D + 1):
-                    c = _cost(qbar, tail, D, Nu, Mu, wu, B, S, objective)
-                    if c < best[3]:
-                        best = (np.int64(B), np.int64(S), np.int64(D), c)
-        return best
-    # 1. per Dmax, the best real ratio S / B (ranks the Dmax values)
-    ropt = np.zeros(DMAX_MAX + 1)
-    copt = np.full(DMAX_MAX + 1, np.inf)
     for D in range(1, DMAX_MAX + 1):
+        Nu, Mu, wu = _groups(N, M[:, D], width)
+        for B in range(lo_add, bmax + 1):
+            for S in range((B - lo_add) // D + 1):
+                c = _cost(qbar, tail, D, Nu, Mu, wu, B, S, objective)
+                if c < best[3]:
+                    best = (np.int64(B), np.int64(S), np.int64(D), c)
+    return best
+
+
+@jit(parallel=True)
+def _ratios(qbar, tail, N, M, lo_add, bmax, width, ropt, copt):
+    """Stage 1 of the search: per Dmax the best real ratio S / B and its cost (every Dmax on
+    its own, in parallel)."""
+    for D in prange(1, DMAX_MAX + 1):
         Nu, Mu, wu = _groups(N, M[:, D], width)
         rmax = (bmax - lo_add) / (bmax * D)
         ropt[D], copt[D] = _ratio_opt(qbar, tail, D, Nu, Mu, wu, rmax)
-    # 2. for the best `refine` Dmax values: every B with the integers S next to ratio * B
+
+
+@jit
+def _refine(qbar, tail, N, M, lo_add, bmax, width, objective, refine, ropt, copt):
+    """Stage 2: for the ``refine`` best Dmax values every B with the integers S next to
+    ``ratio * B``, scored exactly; returns (B, S, Dmax, cost)."""
+    best = (np.int64(bmax), np.int64(0), np.int64(1), np.inf)
     order = np.argsort(copt[1:]) + 1
     for t in range(min(refine, DMAX_MAX)):
         D = order[t]
@@ -191,3 +267,168 @@ def _search(qbar, N, M, n, objective, exhaustive, refine):
                 if c < best[3]:
                     best = (np.int64(B), np.int64(S), np.int64(D), c)
     return best
+
+
+def _search(qbar, N, M, n, objective, exhaustive, refine):
+    """Grid search over integer (B, S, Dmax); returns (B, S, Dmax, cost)."""
+    lo_add = (Z_MIN + n - 1) // n
+    bmax = INT16_MAX // n
+    tail = _tail(qbar)
+    width = np.int64(n) * DELTA_BINS + 1
+    if exhaustive:
+        return _exhaustive(qbar, tail, N, M, lo_add, bmax, width, objective)
+    # 1. per Dmax, the best real ratio S / B (ranks the Dmax values)
+    ropt = np.zeros(DMAX_MAX + 1)
+    copt = np.full(DMAX_MAX + 1, np.inf)
+    sized(_ratios, N.shape[0] * DMAX_MAX)(qbar, tail, N, M, lo_add, bmax, width, ropt, copt)
+    # 2. for the best `refine` Dmax values: every B with the integers S next to ratio * B
+    return _refine(qbar, tail, N, M, lo_add, bmax, width, objective, refine, ropt, copt)
+
+
+# --------------------------------------------------------------------------------------------
+# one head's calibration (lowprec.kernels.hccs.calibrate and the pipeline's per-call one)
+
+
+def _quantize_logits(rows: np.ndarray, s_x: float) -> tuple[np.ndarray, np.ndarray, int]:
+    """int8 logits ``clamp(RNE(rows / s_x), -127, 127)`` (float64 quotient), visibility
+    (finite entries) and the number of clamped entries."""
+    vis = np.isfinite(rows)
+    with np.errstate(invalid="ignore"):
+        t = np.rint(np.where(vis, rows, 0.0) / s_x)
+    sat = int(((t > X8_MAX) | (t < -X8_MAX)).sum())
+    return np.clip(t, -X8_MAX, X8_MAX).astype(np.int8), vis, sat
+
+
+def _head_scale(rows: np.ndarray) -> float:
+    fin = rows[np.isfinite(rows)]
+    amax = float(np.abs(fin).max()) if fin.size else 0.0
+    return amax / X8_MAX if amax > 0 else 1.0
+
+
+def _softmax_ref(vals: np.ndarray, vis: np.ndarray) -> np.ndarray:
+    v = np.where(vis, vals, -np.inf)
+    m = v.max(axis=1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.where(vis, np.exp(v - m), 0.0)
+    z = e.sum(axis=1, keepdims=True)
+    return e / np.where(z > 0, z, 1.0)
+
+
+def _calibrate_rows(rows: np.ndarray, n: int, s_x: float | None, exhaustive: bool, refine: int,
+                    objective: str, reference: str):
+    s_x = _head_scale(rows) if s_x is None else float(s_x)
+    x8, vis, _ = _quantize_logits(rows, s_x)
+    keep = vis.any(axis=1)
+    x8, vis, rows = x8[keep], vis[keep], rows[keep]
+    if x8.shape[0] == 0:
+        raise ValueError("calibration logits have no row with a visible (finite) entry")
+    return fit_codes(x8, vis, s_x, n, exhaustive, refine, objective,
+                     rows if reference == "float" else None)
+
+
+_NO_ENT = np.zeros((1, 1))  # the q log q table argument of _histograms when not coded
+
+
+def fit_codes(x8: np.ndarray, vis: np.ndarray, s_x: float, n: int, exhaustive: bool = False,
+              refine: int = 4, objective: str = "sum", rows: np.ndarray | None = None):
+    """``(B, S, Dmax, s_x, kl)`` of one head from its int8 logits ``x8 (R, n)`` (each row with a
+    visible entry; ``vis`` boolean) at scale ``s_x``: the reference softmax of ``x8 s_x``
+    (:func:`code_softmax`), or of the float logits ``rows`` when given, the histograms and the
+    grid search (module docstring of :mod:`lowprec.kernels.hccs`)."""
+    x8, vis = np.ascontiguousarray(x8), np.ascontiguousarray(vis)
+    if rows is None:
+        qref, ent_tab = code_softmax(x8, vis, s_x)
+    else:
+        qref, ent_tab = np.ascontiguousarray(_softmax_ref(rows, vis)), _NO_ENT
+    R = x8.shape[0]
+    qraw = np.zeros(DELTA_BINS)
+    N = np.empty(R, np.int64)
+    M = np.empty((R, DMAX_MAX + 1), np.int64)
+    ent = _histograms(x8, vis, qref, rows is None, ent_tab, qraw, N, M)
+    qbar = qraw / R
+    B, S, D, c = _search(qbar, N, M, n, OBJECTIVES.index(objective), exhaustive, refine)
+    return int(B), int(S), int(D), s_x, ent / R + c
+
+
+# --------------------------------------------------------------------------------------------
+# the pipeline's per-call calibration (lowprec.kernels.hccs, params=None)
+
+
+@jit(parallel=True)
+def _logit_amax(S, c, add, has_add, vis, amax):
+    """``amax[r]`` = max ``|fl64(S c[r] (+ add))|`` over the visible entries of row ``r`` (the
+    logits of ``hccs._quantized_logits``; ``vis`` ``(0, 0)`` = all), 0 when none."""
+    n, L = S.shape
+    use_vis = vis.shape[0] > 0
+    for r in prange(n):
+        cr = c[r]
+        m = 0.0
+        for j in range(L):
+            lg = np.float64(S[r, j]) * cr
+            if has_add:
+                lg = lg + np.float64(add[r, j])
+            if not use_vis or vis[r, j]:
+                m = max(m, abs(lg))
+        amax[r] = m
+
+
+def _head_rows_of(e0: int, e1: int, h: int, H: int, Lq: int) -> np.ndarray:
+    """Flat rows (entry-major) of head ``h`` among entries ``e0 .. e1 - 1``."""
+    ents = np.arange(e0 + (h - e0) % H, e1, H)
+    return (ents[:, None] * Lq + np.arange(Lq)[None, :]).reshape(-1)
+
+
+def _head_scales(prob, qz, c_row, vis, spans, H: int, scope: str):
+    """``(seen, s_x)``: the flat rows that calibrate (a visible key; taking part with
+    ``scope="visible"``) and each (span, head)'s logit scale ``max|logit| / 127`` over their
+    visible logits (1.0 without any), as ``hccs.calibrate`` takes it from the float64 logits
+    (computed here chunk by chunk, never stored)."""
+    Lq = prob.Lq
+    amax = np.zeros(prob.B * Lq)
+
+    def scan(rows, S, add):
+        sized(_logit_amax, S.size)(S, c_row[rows], S if add is None else add, add is not None,
+                                   vis[rows] if vis.shape[0] else NO_VIS, amax[rows])
+
+    fill_logits(prob, qz, scan)
+    seen = vis.any(axis=1) if vis.shape[0] else np.ones(prob.B * Lq, dtype=bool)
+    if scope == "visible":
+        seen &= prob.taking_part()[0].reshape(-1)
+    s_x = np.ones((len(spans), H))
+    for i, (e0, e1) in enumerate(spans):
+        for h in range(H):
+            rs = _head_rows_of(e0, e1, h, H, Lq)
+            a = amax[rs][seen[rs]]
+            m = float(a.max()) if a.size else 0.0
+            s_x[i, h] = m / X8_MAX if m > 0 else 1.0
+    return seen, s_x
+
+
+def calibrate_span(x8, vis, seen, s_x, e0: int, e1: int, H: int, Lq: int, Lk: int,
+                   scope: str) -> dict:
+    """The ``HccsParams`` fields (a dict) of ``hccs.calibrate`` of every head of the entries
+    ``e0 .. e1 - 1`` from the pipeline's int8 logits ``x8`` at the heads' scales ``s_x (H,)``,
+    over the flat rows ``seen``; a head without any visible logit gets the uniform surrogate
+    (S = 0; its rows are NaN anyway)."""
+    rs = np.arange(e0 * Lq, e1 * Lq)
+    rs = rs[seen[rs]]
+    # the row length of the constraints (eq. 4, 11): every key of the tensor ("tensor", the
+    # paper's n) or the most keys a row of the sequence sees ("visible": padding keys neither
+    # enter Z nor tighten the constraints)
+    if scope == "tensor":
+        n = Lk
+    else:
+        n = max(1, int(vis[rs].sum(axis=1).max()) if vis.shape[0] and rs.size else
+                (Lk if rs.size else 0))
+    cols = {"B": [], "S": [], "Dmax": [], "x_scale": [], "kl": []}
+    for h in range(H):
+        hr = _head_rows_of(e0, e1, h, H, Lq)
+        hr = hr[seen[hr]]
+        if hr.size:
+            vh = vis[hr] if vis.shape[0] else np.ones((hr.size, Lk), dtype=bool)
+            fit = fit_codes(x8[hr], vh, float(s_x[h]), n)
+        else:
+            fit = (INT16_MAX // n, 0, 0, 1.0, 0.0)
+        for key, val in zip(cols, fit, strict=True):
+            cols[key].append(val)
+    return dict(n=n, **cols)

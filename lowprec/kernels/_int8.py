@@ -30,8 +30,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import prange
 
 from ..formats import integer as _integer
+from ..formats._bits import f32_as_u32, u32_as_f32
+from ..formats._jit import jit
 from ..formats.core import Rounding
 from ..formats.rounding import SR_BITS_DEFAULT
 from ._check import float_input
@@ -246,16 +249,51 @@ def quantize_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         quantized=q.size + k.size + v.size, saturated=sat_q + sat_k + sat_v)
 
 
-def scoped_amax(x: np.ndarray, seen: np.ndarray, group: np.ndarray | None) -> np.ndarray:
+@jit(parallel=True)
+def _row_absmax(x, out):
+    """``out[b, i] = max |x[b, i, :]|`` of float32 ``x (B, L, D)``, taken on the bits (Inf and
+    NaN compare above every finite value, so ``out`` is finite iff the row is)."""
+    B, L, D = x.shape
+    for b in prange(B):
+        for i in range(L):
+            m = np.uint32(0)
+            for c in range(D):
+                m = max(m, np.uint32(f32_as_u32(x[b, i, c]) & np.uint32(0x7FFFFFFF)))
+            out[b, i] = np.float64(u32_as_f32(m))
+
+
+def _small_serial(kernel, n: int):
+    """``kernel`` for the q, k or v of a call of ``n`` elements: its serial compilation below
+    :data:`ENCODE_PARALLEL_MIN` (as the codes of :func:`_codes`)."""
+    return kernel if n >= ENCODE_PARALLEL_MIN else kernel.serial
+
+
+def row_amax(x: np.ndarray) -> np.ndarray:
+    """float64 ``max |x|`` of every row of ``x (B, L, D)`` (0 for ``D == 0``; NaN or Inf where
+    the row holds one)."""
+    B, L, D = x.shape
+    if x.dtype == np.float32 and x.size:
+        a = np.empty((B, L), dtype=np.float64)
+        _small_serial(_row_absmax, x.size)(np.ascontiguousarray(x), a)
+        return a
+    if x.size == 0:
+        return np.zeros((B, L), dtype=np.float64)
+    return np.abs(x).max(axis=2).astype(np.float64)
+
+
+def scoped_amax(x: np.ndarray, seen: np.ndarray, group: np.ndarray | None,
+                rows_amax: np.ndarray | None = None) -> np.ndarray:
     """float64 ``max |x|`` of every entry of ``x (B, L, D)`` over its rows ``seen (B, L)``,
     maximised over the entries of one ``group`` (``(B,)`` ints; None: each entry alone); 0 for
-    an entry (group) with no row seen."""
+    an entry (group) with no row seen.  ``rows_amax``: :func:`row_amax` of ``x`` if known."""
     B, L = x.shape[:2]
-    if x.size == 0 or L == 0:
-        a = np.zeros((B, L), dtype=np.float64)
+    a = row_amax(x) if rows_amax is None else rows_amax
+    if not L:
+        e = np.zeros(B, dtype=np.float64)
+    elif seen.all():
+        e = a.max(axis=1)
     else:
-        a = np.abs(x).max(axis=2).astype(np.float64)
-    e = np.where(seen, a, 0.0).max(axis=1) if L else np.zeros(B, dtype=np.float64)
+        e = np.where(seen, a, 0.0).max(axis=1)
     if group is None or B == 0:
         return e
     g = np.zeros(int(group.max()) + 1, dtype=np.float64)
@@ -274,14 +312,54 @@ def _entry_scales(amax: np.ndarray, scale_dtype: str) -> np.ndarray:
     return s
 
 
-def _codes_with(x: np.ndarray, s_rows: np.ndarray, qmin: int, what: str):
-    """int8 codes of ``x (B, L, D)`` with one float64 scale per row ``s_rows (B, L)``."""
+@jit(parallel=True)
+def _encode_rows(x, s, qmin, out, transpose):
+    """The int8 codes ``clamp(RNE(fl64(x) / s[b, i]), qmin, 127)`` of finite float32
+    ``x (B, L, D)`` (the integer codec's arithmetic) as floats into ``out (B, L, D)``, or
+    ``(B, D, L)`` with ``transpose``."""
     B, L, D = x.shape
-    if x.size == 0:
-        return np.zeros(x.shape, dtype=np.int8)
-    codes = _codes(np.ascontiguousarray(x.reshape((B * L, D))),
-                   np.ascontiguousarray(s_rows, dtype=np.float64).reshape(-1), qmin, what)
-    return codes.reshape(x.shape)
+    for b in prange(B):
+        for i in range(L):
+            sc = s[b, i]
+            for c in range(D):
+                t = min(max(np.rint(np.float64(x[b, i, c]) / sc), qmin), 127.0)
+                if transpose:
+                    out[b, c, i] = t
+                else:
+                    out[b, i, c] = t
+
+
+def _codes_with(x: np.ndarray, s_rows: np.ndarray, qmin: int, what: str, dtype,
+                transpose: bool = False) -> np.ndarray:
+    """int8 codes of finite ``x (B, L, D)`` with one float64 scale per row ``s_rows (B, L)``, as
+    a float array of ``dtype`` (``(B, D, L)`` with ``transpose``)."""
+    B, L, D = x.shape
+    shape = (B, D, L) if transpose else (B, L, D)
+    if x.dtype != np.float32:  # the integer codec's kernel
+        c = np.zeros(x.shape, dtype=np.int8) if x.size == 0 else _codes(
+            np.ascontiguousarray(x.reshape((B * L, D))),
+            np.ascontiguousarray(s_rows, dtype=np.float64).reshape(-1), qmin, what
+        ).reshape(x.shape)
+        return np.ascontiguousarray(c.transpose(0, 2, 1) if transpose else c, dtype=dtype)
+    out = np.empty(shape, dtype=dtype)
+    if x.size:
+        _small_serial(_encode_rows, x.size)(np.ascontiguousarray(x),
+                                           np.ascontiguousarray(s_rows, dtype=np.float64),
+                                           float(qmin), out, transpose)
+    return out
+
+
+_F32_MIN_NORMAL = 2.0**-126
+
+
+def _saturated_visible(x: np.ndarray, s_rows: np.ndarray, seen: np.ndarray) -> int:
+    """:func:`saturated` over the rows ``seen`` of ``x (B, L, D)`` with the float32 data scales
+    ``s_rows (B, L)`` taken from the amax of those rows: 0 without a look at ``x`` when every
+    scale of a seen row is a normal float32 (then ``127.5 fl32(amax / 127) > amax``)."""
+    sr = s_rows if seen.all() else s_rows[seen]
+    if sr.size == 0 or float(sr.min()) >= _F32_MIN_NORMAL:
+        return 0
+    return saturated(x[seen], s_rows[seen][:, None])
 
 
 def quantize_visible(q: np.ndarray, k: np.ndarray, v: np.ndarray, rows: np.ndarray,
@@ -294,35 +372,38 @@ def quantize_visible(q: np.ndarray, k: np.ndarray, v: np.ndarray, rows: np.ndarr
     other sequences of a batch change a sequence's codes.  Codes of every row are computed
     (rows not taking part may clamp; only those taking part count as ``saturated``).
     """
-    check_finite_inputs(("q", q), ("k", k), ("v", v))
     B, Lq, d = q.shape
+    amaxes = [row_amax(x) for x in (q, k, v)]
+    for name, a in zip("qkv", amaxes, strict=True):  # NaN/Inf: the row max is not finite
+        if a.size and not np.all(np.isfinite(a)):
+            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
     group = sequence if granularity == "per_tensor" else None
-    sk = _entry_scales(scoped_amax(k, keys, group), "float32")
-    sv = _entry_scales(scoped_amax(v, keys, group), "float32")
+    sk = _entry_scales(scoped_amax(k, keys, group, amaxes[1]), "float32")
+    sv = _entry_scales(scoped_amax(v, keys, group, amaxes[2]), "float32")
     blocks, nblk = 1, max(Lq, 1)
     if granularity == "per_block" and Lq:
         nblk = block
         blocks = -(-Lq // block)
         pad = blocks * block - Lq
-        qp = np.concatenate([q, np.zeros((B, pad, d), q.dtype)], axis=1) if pad else q
+        ap = np.concatenate([amaxes[0], np.zeros((B, pad))], axis=1) if pad else amaxes[0]
         rp = np.concatenate([rows, np.zeros((B, pad), bool)], axis=1) if pad else rows
-        amax = scoped_amax(qp.reshape((B * blocks, block, d)), rp.reshape((B * blocks, block)),
-                           None).reshape((B, blocks))
+        amax = scoped_amax(ap.reshape((B * blocks, block, 1)), rp.reshape((B * blocks, block)),
+                           None, ap.reshape((B * blocks, block))).reshape((B, blocks))
         sq_row = np.repeat(_entry_scales(amax.reshape(-1), "float32").reshape((B, blocks)),
                            block, axis=1)[:, :Lq]
     else:
-        sq_row = np.repeat(_entry_scales(scoped_amax(q, rows, group), "float32")[:, None],
-                           Lq, axis=1)
-    q8 = _codes_with(q, sq_row, -INT8_QMAX, "q")
-    k8 = _codes_with(k, np.repeat(sk[:, None], k.shape[1], axis=1), -INT8_QMAX, "k")
-    v8 = _codes_with(v, np.repeat(sv[:, None], v.shape[1], axis=1), -INT8_QMAX, "v")
-    sat = (saturated(q[rows], sq_row[rows][:, None]) + saturated(k[keys], np.repeat(
-        sk[:, None], k.shape[1], axis=1)[keys][:, None]) + saturated(v[keys], np.repeat(
-            sv[:, None], v.shape[1], axis=1)[keys][:, None]))
+        sq_row = np.repeat(_entry_scales(scoped_amax(q, rows, group, amaxes[0]),
+                                         "float32")[:, None], Lq, axis=1)
+    sk_row = np.repeat(sk[:, None], k.shape[1], axis=1)
+    sv_row = np.repeat(sv[:, None], v.shape[1], axis=1)
     dt = gemm_dtype(d)
+    sat = (_saturated_visible(q, sq_row, rows) + _saturated_visible(k, sk_row, keys)
+           + _saturated_visible(v, sv_row, keys))
     return QKV8(
-        q8=q8.astype(dt), k8t=np.ascontiguousarray(k8.transpose(0, 2, 1), dt),
-        v8=v8.astype(np.float32), sq_row=np.ascontiguousarray(sq_row, dtype=np.float32),
+        q8=_codes_with(q, sq_row, -INT8_QMAX, "q", dt),
+        k8t=_codes_with(k, sk_row, -INT8_QMAX, "k", dt, transpose=True),
+        v8=_codes_with(v, sv_row, -INT8_QMAX, "v", np.float32),
+        sq_row=np.ascontiguousarray(sq_row, dtype=np.float32),
         sk=sk.astype(np.float32), sv=sv.astype(np.float32), groups=blocks, block=nblk,
         quantized=q.size + k.size + v.size, saturated=sat)
 
@@ -411,19 +492,32 @@ def int_scores(q8: np.ndarray, k8t: np.ndarray) -> np.ndarray:
     return np.matmul(q8, k8t)
 
 
-def score_chunks(q8: np.ndarray, k8: np.ndarray, align: int = 1):
-    """``(g0, g1, r0, r1, S)`` over the row chunks (:func:`~.problem.row_chunks`) of int8
-    ``q8 (B, Lq, d)`` and ``k8 (B, Lk, d)``: ``S (g1 - g0, r1 - r0, Lk)`` the exact products
-    ``q8 k8^T`` (float, from one BLAS call per chunk; codes in [-128, 127])."""
-    from .problem import row_chunks
+def score_chunks(q8: np.ndarray, k8: np.ndarray, work, counts: np.ndarray,
+                 align: int = 1) -> None:
+    """``work(g0, r0, S)`` over the row chunks (:func:`~.problem.row_chunks`) of int8
+    ``q8 (B, Lq, d)`` and ``k8 (B, Lk, d)``, with ``S (g1 - g0, r1 - r0, Lk)`` the exact
+    products ``q8 k8^T`` (float, from one BLAS call per chunk; codes in [-128, 127]); ``work``
+    returns per-row counters ``(rows, K)``, summed per entry into ``counts (B, K)``.  Large
+    calls run the chunks in parallel (:func:`~.problem.run_chunks`: ``work`` calls its
+    parallel kernels through :func:`~.problem.sized`)."""
+    from .problem import chunk_threads, row_chunks, run_chunks
 
     B, Lq, d = q8.shape
     Lk = k8.shape[1]
     dt = gemm_dtype(d, 128, 128)
     qf = np.asarray(q8, dtype=dt)
     kt = np.ascontiguousarray(np.transpose(k8, (0, 2, 1)), dtype=dt)
-    for g0, g1, r0, r1 in row_chunks(B, Lq, Lk, align=align):
-        yield g0, g1, r0, r1, int_scores(qf[g0:g1, r0:r1], kt[g0:g1])
+    threads = chunk_threads(B * Lq * Lk)
+
+    def chunk(g0, g1, r0, r1):
+        cnt = work(g0, r0, int_scores(qf[g0:g1, r0:r1], kt[g0:g1]))
+        return g0, g1, cnt.reshape((g1 - g0, -1, counts.shape[1])).sum(axis=1)
+
+    def then(res):
+        g0, g1, cnt = res
+        counts[g0:g1] += cnt
+
+    run_chunks(list(row_chunks(B, Lq, Lk, align=align, parts=threads)), chunk, then, threads)
 
 
 def exact_pv(P: np.ndarray, v8: np.ndarray, max_row_sum: int) -> np.ndarray:

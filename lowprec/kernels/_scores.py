@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..formats._jit import for_size, jit
-from .problem import Problem
+from ..formats._jit import jit
+from .problem import Problem, scratch, sized
 
 ALL_VISIBLE = np.ones((1, 1), np.bool_)  # the visibility argument when every key is visible
 
@@ -39,13 +39,19 @@ def _scale_scores(G, scale, add, has_add, x):
             x[r, j] = t
 
 
-def float_scores(prob: Problem, g0: int, g1: int, r0: int, r1: int, add, q64, k64t) -> np.ndarray:
+def float_scores(prob: Problem, g0: int, g1: int, r0: int, r1: int, add, q64, k64t,
+                 keep: bool = False) -> np.ndarray:
     """float32 scores ``fp32(fp64(q . k) * scale) + mask`` of a chunk ``(n, Lk)`` (the mask
-    added as one float32 addition; masked entries are handled by the visibility arrays)."""
-    G = np.matmul(q64[g0:g1, r0:r1], k64t[g0:g1]).reshape((-1, prob.Lk))
-    x = np.empty(G.shape, dtype=np.float32)
+    added as one float32 addition; masked entries are handled by the visibility arrays): a
+    :func:`~.problem.scratch` array of the chunk unless ``keep``."""
+    n = (g1 - g0) * (r1 - r0)
+    G = scratch("float_scores.G", (g1 - g0, r1 - r0, prob.Lk), np.float64)
+    np.matmul(q64[g0:g1, r0:r1], k64t[g0:g1], out=G)
+    G = G.reshape((n, prob.Lk))
+    x = np.empty(G.shape, dtype=np.float32) if keep else \
+        scratch("float_scores.x", G.shape, np.float32)
     addr = add.reshape(G.shape) if add is not None else x
-    for_size(_scale_scores, G.size)(G, float(prob.scale), addr, add is not None, x)
+    sized(_scale_scores, G.size)(G, float(prob.scale), addr, add is not None, x)
     return x
 
 

@@ -108,33 +108,22 @@ import numpy as np
 from numba import prange
 
 from ..formats._arrays import to_numpy
+from ..formats._bits import F32_ABS, F32_EXP, f32_as_u32, u32_as_f32
 from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
 from ._baselines_exact import (
-    _C_EMPTY,
-    _C_FLOOR,
-    _C_NAN,
-    _C_REQ,
-    _C_SUM,
-    _C_ZERO,
     _NCOUNT,
     IBERT_E16_MAX,
-    IBERT_E16_MIN,
     _ibert_exp_exact,
     _ibert_norm_exact,
     _ivit_exact,
-    _visible,
 )
+from ._baselines_f32 import _ibert_exp_f32_par, _ibert_norm_f32_par, _ivit_f32_par
 from ._check import bool_mask, check_bool, check_choice, check_int, check_real
-from ._fp import add32 as _add
-from ._fp import div32 as _div
-from ._fp import floor32 as _floor
-from ._fp import mul32 as _mul
-from ._fp import sub32 as _sub
 from ._int8 import INT8_QMAX, check_positive_scale, quantize_problem, unnormalized
-from ._surrogate import exact_attend, fill_logits, logits_f32, row_block, vis_block, visibility
-from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, softmax_rows
+from ._surrogate import exact_attend, fill_logits, logits_f32, visibility
+from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, sized, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (specs/attention.md section 7)
@@ -157,9 +146,6 @@ EXACT_X_MAX = 2**31  # exact mode: |x / s| must fit int32
 IBERT_EXACT_C_MAX = 2**61  # exact mode: ci must stay below this (int64 polynomial)
 LOGIT_BITS_MIN, LOGIT_BITS_MAX = 2, 24  # option logit_bits
 ROW_BLOCKS = 64  # row blocks of the parallel drivers (each with its own counters)
-_POW2_F32 = np.ldexp(1.0, np.arange(64)).astype(np.float32)  # 2**k, exact
-_HALF32 = np.float32(0.5)
-_SIXTEENTH32 = np.float32(0.0625)
 _NO_CODES = np.zeros((0, 0), dtype=np.uint8)
 CODED_MAX = 255  # the pipeline's logits use per-value tables up to this many values
 
@@ -207,230 +193,6 @@ def _stats_from(counts: np.ndarray, rows: int) -> BaselineStats:
     c = counts.reshape((-1, _NCOUNT)).sum(axis=0)
     return BaselineStats(calls=1, rows=rows,
                          **{n: int(c[i]) for i, n in enumerate(BaselineStats._COUNTERS)})
-
-
-# --------------------------------------------------------------------------------------------
-# row kernels (float32 helpers: lowprec.kernels._fp)
-
-
-@jit(inline="always")
-def _row_scan_f32(x, vis, use_vis, r, s, xi, used):
-    """float32 ``x / s`` of the visible entries of row r into xi; returns (count, max, bad)."""
-    L = x.shape[1]
-    cnt = 0
-    bad = False
-    m = np.float32(-np.inf)
-    for j in range(L):
-        u = _visible(x, vis, use_vis, r, j)
-        used[j] = u
-        if not u:
-            continue
-        v = x[r, j]
-        if not v < np.inf:  # NaN or +inf
-            bad = True
-        t = _div(v, s)
-        xi[j] = t
-        if t > m:
-            m = t
-        cnt += 1
-    return cnt, m, bad
-
-
-# --------------------------------------------------------------------------------------------
-# I-ViT Shiftmax kernels
-
-
-@jit(inline="always")
-def _normalise_row(y, r, e, used, f, out_div, counts):
-    """Output row ``r`` in float32 order: ``y = floor(fl(fl(e f) / out_div))`` where ``used``,
-    0 elsewhere; counts the zero outputs."""
-    for j in range(e.shape[0]):
-        if not used[j]:
-            y[r, j] = 0.0
-            continue
-        v = _floor(_div(_mul(e[j], f), out_div))
-        y[r, j] = v
-        if v == 0:
-            counts[_C_ZERO] += 1
-
-
-@jit(inline="always")
-def _ivit_e(xs, m, x0, nx0, n):
-    """Shiftmax's ``e`` of one entry in float32 order from ``xs = fl(x / s)`` and the row max
-    ``m``; returns ``(e, clamped to the floor n x0)``."""
-    t = _sub(xs, m)
-    a = _floor(_mul(t, _HALF32))
-    b = _floor(_mul(t, _SIXTEENTH32))
-    t = _sub(_add(t, a), b)
-    clamped = t < nx0
-    if clamped:
-        t = nx0
-    q = _floor(_div(t, x0))
-    rr = _sub(t, _mul(x0, q))
-    u = _sub(_mul(rr, _HALF32), x0)
-    ev = _floor(_mul(u, _POW2_F32[int(n - q)]))  # 0 <= n - q <= n
-    if ev < 0:
-        ev = np.float32(0.0)
-    return ev, clamped
-
-
-@jit
-def _ivit_f32(x, codes, xvals, vis, s, x0, nx0, n, out_bits, y, counts):
-    """I-ViT Shiftmax rows in float32 order.  With ``codes`` (uint8 ``(R, L)``, the index of
-    each entry's value in ``xvals``; ``(0, 0)`` = none) every row evaluates ``e`` once per code
-    (the same float32 operations on the same values, so the same bits) and looks entries up."""
-    R, L = x.shape
-    use_vis = vis.shape[0] > 0
-    coded = codes.shape[0] > 0
-    nc = xvals.shape[0]
-    xi = np.empty(L, np.float32)
-    e = np.empty(L, np.float32)
-    used = np.empty(L, np.bool_)
-    etab = np.empty(nc, np.float32)
-    ftab = np.empty(nc, np.bool_)
-    two31 = np.float32(2.0**31)
-    out_div = np.float32(2.0 ** (32 - out_bits))
-    for r in range(R):
-        if coded:  # the visible max code gives the max of fl(x / s) (monotone in x)
-            cnt = 0
-            cm = 0
-            for j in range(L):
-                used[j] = not use_vis or vis[r, j]
-                if used[j]:
-                    cnt += 1
-                    cm = max(cm, np.int64(codes[r, j]))
-            m = _div(xvals[cm], s)
-            bad = False
-        else:
-            cnt, m, bad = _row_scan_f32(x, vis, use_vis, r, s, xi, used)
-        if cnt == 0 or bad:
-            counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
-            for j in range(L):
-                y[r, j] = np.nan
-            continue
-        if coded:
-            for c in range(cm + 1):
-                etab[c], ftab[c] = _ivit_e(_div(xvals[c], s), m, x0, nx0, n)
-        z = np.float32(0.0)
-        for j in range(L):
-            if not used[j]:
-                continue
-            if coded:
-                ev = etab[codes[r, j]]
-                clamped = ftab[codes[r, j]]
-            else:
-                ev, clamped = _ivit_e(xi[j], m, x0, nx0, n)
-            if clamped:
-                counts[_C_FLOOR] += 1
-            e[j] = ev
-            z = _add(z, ev)
-        if z >= two31:
-            z = two31
-            counts[_C_SUM] += 1
-        _normalise_row(y, r, e, used, _floor(_div(two31, z)), out_div, counts)
-
-
-# --------------------------------------------------------------------------------------------
-# I-BERT kernels: pass 1 computes e (and the tensor max), pass 2 requantises and normalises.
-
-
-@jit
-def _ibert_exp_f32(x, vis, s, x0i, nx0, bi, ci, n, e, rowflag, counts):
-    """Pass 1 (float32): e per visible entry (-1 for entries that take no part); rowflag 0 ok,
-    1 empty, 2 NaN.  Returns max(e) over visible entries (-1 when none)."""
-    R, L = x.shape
-    use_vis = vis.shape[0] > 0
-    xi = np.empty(L, np.float32)
-    used = np.empty(L, np.bool_)
-    emax = np.float32(-1.0)
-    for r in range(R):
-        cnt, m, bad = _row_scan_f32(x, vis, use_vis, r, s, xi, used)
-        if cnt == 0 or bad:
-            rowflag[r] = 1 if cnt == 0 else 2
-            counts[_C_EMPTY if cnt == 0 else _C_NAN] += 1
-            for j in range(L):
-                e[r, j] = -1.0
-            continue
-        rowflag[r] = 0
-        for j in range(L):
-            if not used[j]:
-                e[r, j] = -1.0
-                continue
-            t = _sub(xi[j], m)
-            if t < nx0:
-                t = nx0
-                counts[_C_FLOOR] += 1
-            q = _floor(_div(t, x0i))
-            rr = _sub(t, _mul(x0i, q))
-            zz = _add(rr, bi)
-            zz = _mul(rr, zz)
-            zz = _add(zz, ci)
-            ev = _floor(_mul(zz, _POW2_F32[int(n - q)]))  # 0 <= n - q <= n
-            if ev < 0:
-                ev = np.float32(0.0)
-            e[r, j] = ev
-            if ev > emax:
-                emax = ev
-    return emax
-
-
-@jit
-def _ibert_norm_f32(e, rowflag, m31, inv_shift, out_bits, y, counts):
-    """Pass 2 (float32 order): 16-bit requantisation, row sum, reciprocal, output."""
-    R, L = e.shape
-    e16 = np.empty(L, np.float32)
-    used = np.empty(L, np.bool_)
-    two32 = np.float32(2.0**32)
-    out_div = np.float32(2.0 ** (32 - out_bits))
-    for r in range(R):
-        if rowflag[r] != 0:
-            for j in range(L):
-                y[r, j] = np.nan
-            continue
-        z = np.float32(0.0)
-        for j in range(L):
-            ev = e[r, j]
-            used[j] = ev >= 0
-            if ev < 0:
-                continue
-            v = np.rint((np.float64(ev) * m31) * inv_shift)  # fl64(e * m) / 2**shift, RNE
-            if v > IBERT_E16_MAX:
-                v = IBERT_E16_MAX
-                counts[_C_REQ] += 1
-            elif v < IBERT_E16_MIN:
-                v = IBERT_E16_MIN
-                counts[_C_REQ] += 1
-            e16[j] = np.float32(v)
-            z = _add(z, e16[j])
-        _normalise_row(y, r, e16, used, _floor(_div(two32, z)), out_div, counts)
-
-
-# --------------------------------------------------------------------------------------------
-# parallel drivers: blocks of rows, each with its own counters (rows are independent)
-
-
-@jit(parallel=True)
-def _ivit_f32_par(x, codes, xvals, vis, s, x0, nx0, n, out_bits, y, counts):
-    for t in prange(counts.shape[0]):
-        r0, r1 = row_block(t, x.shape[0], counts.shape[0])
-        _ivit_f32(x[r0:r1], vis_block(codes, r0, r1), xvals, vis_block(vis, r0, r1), s, x0, nx0,
-                  n, out_bits, y[r0:r1], counts[t])
-
-
-@jit(parallel=True)
-def _ibert_exp_f32_par(x, vis, s, x0i, nx0, bi, ci, n, e, rowflag, counts, emax):
-    for t in prange(counts.shape[0]):
-        r0, r1 = row_block(t, x.shape[0], counts.shape[0])
-        emax[t] = _ibert_exp_f32(x[r0:r1], vis_block(vis, r0, r1), s, x0i, nx0, bi, ci, n,
-                                 e[r0:r1], rowflag[r0:r1], counts[t])
-
-
-@jit(parallel=True)
-def _ibert_norm_f32_par(e, rowflag, m31, inv_shift, out_bits, y, counts):
-    for t in prange(counts.shape[0]):
-        r0, r1 = row_block(t, e.shape[0], counts.shape[0])
-        _ibert_norm_f32(e[r0:r1], rowflag[r0:r1], m31, inv_shift, out_bits, y[r0:r1],
-                        counts[t])
 
 
 # --------------------------------------------------------------------------------------------
@@ -680,11 +442,18 @@ def ibert_scale(out_bits: int = 8) -> float:
 
 @jit(parallel=True)
 def _vis_amax(x, vis):
-    """max |x| over the visible entries (``vis``; (0, 0) = all)."""
+    """max |x| over the visible entries (``vis``; (0, 0) = all), NaN left out."""
     n, L = x.shape
     part = np.zeros(n, dtype=np.float32)
     for r in prange(n):
         m = np.float32(0.0)
+        if vis.shape[0] == 0:  # on the bits (branch-free: vectorizes), unless a NaN is there
+            mb = np.uint32(0)
+            for j in range(L):
+                mb = max(mb, np.uint32(f32_as_u32(x[r, j]) & np.uint32(F32_ABS)))
+            if mb <= np.uint32(F32_EXP):
+                part[r] = u32_as_f32(mb)
+                continue
         for j in range(L):
             if vis.shape[0] > 0 and not vis[r, j]:
                 continue
@@ -706,15 +475,18 @@ def _logit_amax(x: np.ndarray, vis: np.ndarray, rows: np.ndarray | None) -> floa
 @jit(parallel=True)
 def _requantize(x, s_x, qmax, codes, coded):
     """``x = fl32(clamp(RNE(x / s_x), -qmax, qmax) * s_x)`` (float64 quotient), in place; with
-    ``coded`` also ``codes = RNE(x / s_x) + qmax`` (uint8, ``2 qmax + 1 <= 256``)."""
+    ``coded`` instead ``codes = RNE(x / s_x) + qmax`` (uint8, ``2 qmax + 1 <= 256``; the
+    surrogate then reads the codes only, ``x`` is left as it is)."""
     n, L = x.shape
     for r in prange(n):
-        for j in range(L):
-            t = np.rint(np.float64(x[r, j]) / s_x)
-            t = min(max(t, -qmax), qmax)
-            x[r, j] = np.float32(t * s_x)
-            if coded:
+        if coded:
+            for j in range(L):
+                t = min(max(np.rint(np.float64(x[r, j]) / s_x), -qmax), qmax)
                 codes[r, j] = np.uint8(t + qmax)
+        else:
+            for j in range(L):
+                t = min(max(np.rint(np.float64(x[r, j]) / s_x), -qmax), qmax)
+                x[r, j] = np.float32(t * s_x)
 
 
 def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, out_bits: int,
@@ -744,10 +516,11 @@ def _int8_attention(prob: Problem, return_stats: bool, core, out_scale: float, o
     x = np.empty((B * Lq, Lk), dtype=np.float32)  # logits, then the surrogate's output
 
     def fill(rows, S, add):
-        for_size(logits_f32, S.size)(S, s_row[rows], S if add is None else add,
-                                     add is not None, x[rows])
+        xr = x[rows]
+        sized(logits_f32, S.size)(xr, s_row[rows], xr if add is None else add, add is not None,
+                                  S, S.base is not x)  # float64 scores (d > 1040) are read
 
-    fill_logits(prob, qz, fill)
+    fill_logits(prob, qz, fill, out=x)
     vis = visibility(prob)
     part = prob.taking_part()[0].reshape(-1) if scope == "visible" else None
     counts = np.zeros(_NCOUNT, dtype=np.int64)

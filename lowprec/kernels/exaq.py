@@ -31,6 +31,7 @@ from ..formats._jit import for_size, jit
 from ..stats import IntAttentionStats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_int
+from ._fp import dense_max
 from ._scores import (
     ALL_VISIBLE,
     float64_operands,
@@ -39,7 +40,15 @@ from ._scores import (
     nan_rows,
     row_max,
 )
-from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, each_chunk, softmax_rows
+from .problem import (
+    MASK_FLOOR,
+    SCALE_SCOPES,
+    Problem,
+    each_chunk,
+    scratch,
+    sized,
+    softmax_rows,
+)
 
 #: EXAQ's clipping rule ``C = a * sigma + b`` per bit width (attention.md 3, EXAQ Table 1).
 EXAQ_AB = {2: (-1.66, -1.85), 3: (-1.75, -2.06), 4: (-1.83, -2.27)}
@@ -89,13 +98,18 @@ def _exaq_accumulate(x, m, lim, vis, has_vis, acc):
     return acc
 
 
+def _maxes(x, lim, vis, has_vis):
+    """float64 row maxima of :func:`row_max` (in parallel, serial in a chunk worker)."""
+    m = np.empty(x.shape[0], dtype=np.float64)
+    sized(_row_maxes, x.size)(x, lim, vis, has_vis, m)
+    return m
+
+
 def _exaq_moments(x, lim, vis, has_vis, acc):
     """Accumulate count, sum, sum of squares and min of the max-centred visible finite scores
     (float32 ``x - rowmax``) into ``acc`` (4,) float64: row maxima in parallel, the sums in
     row-major order."""
-    m = np.empty(x.shape[0], dtype=np.float64)
-    for_size(_row_maxes, x.size)(x, lim, vis, has_vis, m)
-    return _exaq_accumulate(x, m, lim, vis, has_vis, acc)
+    return _exaq_accumulate(x, _maxes(x, lim, vis, has_vis), lim, vis, has_vis, acc)
 
 
 #: a key more than this many nats below its row's max whose quantised value lies within half
@@ -105,6 +119,82 @@ def _exaq_moments(x, lim, vis, has_vis, acc):
 MERGE_NATS = 1.0
 
 
+#: rows whose sums run interleaved in the dense path of :func:`_exaq_rows`
+EXAQ_GROUP = 4
+
+
+@jit(inline="always")
+def _exaq_row(x, r, lim, vis, has_vis, lo, delta, nlev, out, merged, xq, lev, ev):
+    """One row of :func:`_exaq_rows`, entry by entry (masks, NaN, Inf, no quantisation)."""
+    L = x.shape[1]
+    quant = delta > 0.0 and np.isfinite(delta)
+    nl = int(nlev)
+    top = min(lim[r], L - 1)
+    m = row_max(x, r, top, vis, has_vis)
+    if m == -np.inf or m != m or m == np.inf:
+        for j in range(L):
+            out[r, j] = np.nan
+        return
+    mq = -np.inf
+    nmerged = 0
+    for j in range(L):
+        if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
+            lev[j] = -1
+            continue
+        xc = np.float64(np.float32(np.float64(x[r, j]) - np.float64(m)))
+        if xc != xc:
+            lev[j] = -2
+            xq[j] = np.nan
+            continue
+        xv = min(max(xc, lo), 0.0)
+        lev[j] = -3
+        if quant:
+            q = np.rint((xv - lo) / delta)
+            q = min(max(q, 0.0), nlev - 1.0)
+            lev[j] = np.int64(q)
+            xv = lo + q * delta
+            if xc < -MERGE_NATS and xv > -0.5 * MERGE_NATS:
+                nmerged += 1
+        xq[j] = xv
+        if xv > mq:
+            mq = xv
+    if quant:
+        for u in range(nl):
+            ev[u] = np.exp((lo + np.float64(u) * delta) - mq)
+    z = 0.0
+    for j in range(L):
+        u = lev[j]
+        if u >= 0:
+            xq[j] = ev[u]  # xq now holds the exponentials
+        elif u != -1:
+            xq[j] = np.exp(xq[j] - mq)
+        if u != -1:
+            z += xq[j]
+    for j in range(L):
+        out[r, j] = 0.0 if lev[j] == -1 else np.float32(xq[j] / z)
+    merged[r] = nmerged
+
+
+@jit(inline="always")
+def _exaq_levels(x, r, m, lo, delta, nlev, lev, ev):
+    """The levels of a dense row (every key visible, finite scores) into ``lev`` and the
+    exponential of each level into ``ev`` (the general path's values, without branches);
+    returns the merged keys."""
+    top = nlev - 1.0
+    nmerged = 0
+    qmax = np.int64(0)
+    for j in range(x.shape[1]):
+        xc = np.float64(np.float32(np.float64(x[r, j]) - m))
+        q = min(max(np.rint((min(max(xc, lo), 0.0) - lo) / delta), 0.0), top)
+        lev[j] = np.int64(q)
+        qmax = max(qmax, np.int64(q))
+        nmerged += (lo + q * delta > -0.5 * MERGE_NATS) & (xc < -MERGE_NATS)
+    mq = lo + np.float64(qmax) * delta  # the largest level value (monotone in q)
+    for u in range(ev.shape[0]):
+        ev[u] = np.exp((lo + np.float64(u) * delta) - mq)
+    return nmerged
+
+
 @jit(parallel=True)
 def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out, merged):
     """EXAQ softmax of float32 scores ``x`` (N, L): max-centred scores clipped to ``[lo, 0]``,
@@ -112,58 +202,55 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out, merged):
     softmax rounded to float32; masked keys give 0, rows without a visible key NaN.  Rows run
     in parallel; with quantisation the exponential of each level is computed once per row (the
     same float64 values, summed in key order).  ``merged[r]``: keys of row r more than
-    :data:`MERGE_NATS` below the max quantised to within ``MERGE_NATS / 2`` of it."""
+    :data:`MERGE_NATS` below the max quantised to within ``MERGE_NATS / 2`` of it.  Rows with every key visible
+    and finite scores take a branch-free path, :data:`EXAQ_GROUP` at a time so that their
+    key-order sums (a chain of dependent additions each) interleave."""
     N, L = x.shape
-    quant = delta > 0.0 and np.isfinite(delta)
     nl = int(nlev)
-    for r in prange(N):
+    G = EXAQ_GROUP
+    dense_ok = delta > 0.0 and np.isfinite(delta) and not has_vis
+    for g in prange((N + G - 1) // G):
         xq = np.empty(L, np.float64)
-        lev = np.empty(L, np.int64)  # level of each key (-1 masked, -2 NaN, -3 unquantised)
-        ev = np.empty(nl, np.float64)
-        top = min(lim[r], L - 1)
-        m = row_max(x, r, top, vis, has_vis)
-        if m == -np.inf or m != m or m == np.inf:
+        lev = np.empty((G, L), np.int64)
+        ev = np.empty((G, nl), np.float64)
+        dense = np.zeros(G, np.bool_)
+        r0 = g * G
+        nd = 0
+        for k in range(min(G, N - r0)):
+            r = r0 + k
+            ok = dense_ok and lim[r] >= L - 1
+            if ok:
+                ok, mx = dense_max(x, r)
+            if ok:
+                dense[k] = True
+                nd += 1
+                merged[r] = _exaq_levels(x, r, np.float64(mx), lo, delta, nlev, lev[k], ev[k])
+            else:
+                _exaq_row(x, r, lim, vis, has_vis, lo, delta, nlev, out, merged, xq, lev[k],
+                          ev[k])
+        z = np.zeros(G)
+        if nd == G:  # four independent key-order sums at once
+            z0, z1, z2, z3 = 0.0, 0.0, 0.0, 0.0
             for j in range(L):
-                out[r, j] = np.nan
-            continue
-        mq = -np.inf
-        nmerged = 0
-        for j in range(L):
-            if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
-                lev[j] = -1
-                continue
-            xc = np.float64(np.float32(np.float64(x[r, j]) - np.float64(m)))
-            if xc != xc:
-                lev[j] = -2
-                xq[j] = np.nan
-                continue
-            xv = min(max(xc, lo), 0.0)
-            lev[j] = -3
-            if quant:
-                q = np.rint((xv - lo) / delta)
-                q = min(max(q, 0.0), nlev - 1.0)
-                lev[j] = np.int64(q)
-                xv = lo + q * delta
-                if xc < -MERGE_NATS and xv > -0.5 * MERGE_NATS:
-                    nmerged += 1
-            xq[j] = xv
-            if xv > mq:
-                mq = xv
-        if quant:
-            for u in range(nl):
-                ev[u] = np.exp((lo + np.float64(u) * delta) - mq)
-        z = 0.0
-        for j in range(L):
-            u = lev[j]
-            if u >= 0:
-                xq[j] = ev[u]  # xq now holds the exponentials
-            elif u != -1:
-                xq[j] = np.exp(xq[j] - mq)
-            if u != -1:
-                z += xq[j]
-        for j in range(L):
-            out[r, j] = 0.0 if lev[j] == -1 else np.float32(xq[j] / z)
-        merged[r] = nmerged
+                z0 += ev[0, lev[0, j]]
+                z1 += ev[1, lev[1, j]]
+                z2 += ev[2, lev[2, j]]
+                z3 += ev[3, lev[3, j]]
+            z[0], z[1], z[2], z[3] = z0, z1, z2, z3
+        else:
+            for k in range(G):
+                if dense[k]:
+                    zk = 0.0
+                    for j in range(L):
+                        zk += ev[k, lev[k, j]]
+                    z[k] = zk
+        for k in range(G):
+            if dense[k]:
+                r = r0 + k
+                for u in range(nl):
+                    ev[k, u] = np.float32(ev[k, u] / z[k])  # the output of each level
+                for j in range(L):
+                    out[r, j] = ev[k, lev[k, j]]
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,28 +370,31 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
             lm = lim[rs] if part is None else np.where(part[e, r0:r1], lim[rs], -1)
             yield group[e], rs, lm
 
-    def moments(g0, g1, r0, r1, rm):  # pass 1: sigma and min of each group
+    def moments(g0, g1, r0, r1, rm):  # pass 1: the scores and their row maxima (parallel)
         lim, vis, add = rm
-        sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
+        sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t, keep=True)
+        scores[g0, r0] = sc
+        vv = ALL_VISIBLE if vis is None else vis
+        return 0.0, (sc, lim, vv, vis is not None, _maxes(sc, lim, vv, vis is not None),
+                     g0, g1, r0, r1)
+
+    def accumulate(chunk):  # sigma and min of each group: sums in row-major order
+        sc, lim, vv, has_vis, m, g0, g1, r0, r1 = chunk
         if ng == 1 and part is None:  # one sequence over the chunk, in row-major order
-            _exaq_moments(sc, lim, ALL_VISIBLE if vis is None else vis, vis is not None, acc[0])
+            _exaq_accumulate(sc, m, lim, vv, has_vis, acc[0])
         else:
             for g, rs, lm in entries(g0, g1, r0, r1, lim):
-                _exaq_moments(sc[rs], np.ascontiguousarray(lm),
-                              ALL_VISIBLE if vis is None else vis[rs], vis is not None, acc[g])
-        scores[g0, r0] = sc
-        return 0.0
+                _exaq_accumulate(sc[rs], m[rs], np.ascontiguousarray(lm),
+                                 vv[rs] if has_vis else vv, has_vis, acc[g])
 
-    each_chunk(prob, moments)
+    each_chunk(prob, moments, accumulate)
     params = [_exaq_params(acc[g], b) for g in range(ng)]  # (sigma, C, lo, delta) per group
-    empty_rows = 0
-    merged = 0
+    counts = np.zeros(2, dtype=np.int64)  # empty rows, merged keys
 
     def quantise(g0, g1, r0, r1, rm):  # pass 2: quantise and normalise
-        nonlocal empty_rows, merged
         lim, vis, add = rm
         sc = scores.pop((g0, r0))
-        P = np.empty(sc.shape, dtype=np.float64)
+        P = scratch("exaq.P", sc.shape, np.float64)
         mg = np.zeros(sc.shape[0], dtype=np.int64)
         n = r1 - r0
         for e in range(g0, g1):
@@ -312,18 +402,20 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
                 break  # one group: the whole chunk at once
             rs = slice(0, sc.shape[0]) if ng == 1 else slice((e - g0) * n, (e - g0 + 1) * n)
             _, _, lo, delta = params[group[e]]
-            for_size(_exaq_rows, sc[rs].size)(
+            sized(_exaq_rows, sc[rs].size)(
                 sc[rs], lim[rs], ALL_VISIBLE if vis is None else vis[rs], vis is not None, lo,
                 delta, float(1 << b), P[rs], mg[rs])
-        merged += int(mg.sum())
-        empty_rows += nan_rows(P)
-        return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
+        return (float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1),
+                (nan_rows(P), int(mg.sum())))
 
-    out = each_chunk(prob, quantise)
+    def then(cnt):
+        counts[:] += cnt
+
+    out = each_chunk(prob, quantise, then)
     st = None
     if return_stats:
-        st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=empty_rows,
-                               logits=int(acc[:, 0].sum()), exaq_merged=merged,
+        st = IntAttentionStats(calls=1, rows=B * Lq, empty_rows=int(counts[0]),
+                               logits=int(acc[:, 0].sum()), exaq_merged=int(counts[1]),
                                exaq_clip=[[sg, cv, lo] for sg, cv, lo, _ in params])
     return out, st
 
@@ -335,7 +427,7 @@ def _softmax_exaq(scores, axis, return_stats, **opts):
 register(Scheme(
     "exaq",
     "EXAQ: 2/3/4-bit clipped quantisation of the max-centred scores (C = a sigma + b)",
-    _exaq, options=("bits", "scale_scope"), stats=IntAttentionStats, order=75, error_bound=0.3,
+    _exaq, options=("bits", "scale_scope"), stats=IntAttentionStats, order=75,
     mask_floor=MASK_FLOOR,
 ))
 register(Scheme("exaq", "EXAQ clipped low-bit exponent quantisation softmax (bits 2/3/4)",

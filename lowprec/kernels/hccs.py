@@ -75,10 +75,20 @@ from ..formats._jit import for_size, jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, int_input
-from ._hccs_search import DELTA_BINS, DMAX_MAX, I16_T, INT16_MAX, Z_MIN, _histograms, _search
+from ._hccs_search import (
+    DMAX_MAX,
+    I16_T,
+    INT16_MAX,
+    OBJECTIVES,
+    X8_MAX,
+    Z_MIN,
+    _calibrate_rows,
+    _head_scales,
+    calibrate_span,
+)
 from ._int8 import check_positive_scale, quantize_problem, unnormalized
 from ._surrogate import NO_VIS, exact_attend, fill_logits, row_block, vis_block, visibility
-from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, rows2d, softmax_rows
+from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, rows2d, sized, softmax_rows
 
 # --------------------------------------------------------------------------------------------
 # Constants (seed hccs.txt)
@@ -93,8 +103,6 @@ U8_MAX = 255  # uint8 output saturation
 #: in (1/2, 1] by design; only a row outside that is unnormalized (a hazard)
 HCCS_NORM_TOL = 0.5
 OUT_SHIFT_MAX = 7  # s * rho <= 255 * 2**15: from out_shift 8 on every i8_div output is 0
-X8_MAX = 127  # symmetric int8 logits
-OBJECTIVES = ("sum", "scale")
 REFINE_DEFAULT = 4  # Dmax values refined over every B
 ROW_BLOCKS = 64  # row blocks of the parallel core (each with its own counters)
 DEQUANTS = ("scale", "rowsum")
@@ -309,70 +317,92 @@ class HccsParams:
 # Core
 
 
+@jit(inline="always")
+def _hccs_out(out, r, sbuf, n, path, out_shift, clb_t, z, counts):
+    """Output row ``r`` from the surrogate values ``sbuf`` (-1 = masked: output 0) and their
+    sum ``z`` along ``path``."""
+    if path == 0:
+        rho = np.int32(I16_T // z)
+        for j in range(n):
+            sc = sbuf[j]
+            out[r, j] = 0 if sc < 0 else np.int32(sc * rho)
+    elif path == 1:
+        rho = np.int32((I8_T << INV_SHIFT) // z)
+        if rho > INT16_MAX:
+            counts[_C_RHO] += 1
+        sh = INV_SHIFT + out_shift
+        for j in range(n):
+            sc = sbuf[j]
+            out[r, j] = 0 if sc < 0 else np.int32(np.int32(sc * rho) >> sh)
+    else:
+        k = 0
+        t = z
+        while t > 1:
+            t >>= 1
+            k += 1
+        sat = 0
+        for j in range(n):
+            sc = sbuf[j]
+            p = np.int32(np.int32(sc * clb_t) >> k)
+            sat += (p > U8_MAX) & (sc >= 0)
+            out[r, j] = 0 if sc < 0 else min(p, U8_MAX)
+        counts[_C_SAT] += sat
+
+
 @jit
 def _hccs_rows(x, vis, Bv, Sv, Dv, path, out_shift, clb_t, out, counts):
-    """Rows of int8 logits ``x (R, n)`` -> int32 ``out``; per-row int32 parameters."""
+    """Rows of int8 logits ``x (R, n)`` -> ``out`` (int32, or float32 holding the integers);
+    per-row int32 parameters.  Rows without a mask run branch-free (LLVM vectorizes them;
+    int32 sums wrap alike in any order)."""
     R, n = x.shape
     use_vis = vis.shape[0] > 0
+    sbuf = np.empty(n, np.int32)  # s of each entry, -1 where masked
     for r in range(R):
         b = np.int32(Bv[r])
         sl = np.int32(Sv[r])
         dm = np.int32(Dv[r])
         m = np.int32(-129)
         cnt = 0
-        for j in range(n):
-            if use_vis and not vis[r, j]:
-                continue
-            xv = np.int32(x[r, j])
-            if xv > m:
-                m = xv
-            cnt += 1
+        if use_vis:
+            for j in range(n):
+                if not vis[r, j]:
+                    continue
+                xv = np.int32(x[r, j])
+                if xv > m:
+                    m = xv
+                cnt += 1
+        else:
+            for j in range(n):
+                m = max(m, np.int32(x[r, j]))
+            cnt = n
         if cnt == 0:
             counts[_C_EMPTY] += 1
             for j in range(n):
                 out[r, j] = 0
             continue
         z = np.int32(0)
-        for j in range(n):
-            if use_vis and not vis[r, j]:
-                out[r, j] = -1
-                continue
-            d = np.int32(m - np.int32(x[r, j]))
-            if d > dm:
-                d = dm
-                counts[_C_CLIP] += 1
-            sc = np.int32(b - np.int32(sl * d))
-            out[r, j] = sc
-            z = np.int32(z + sc)
-        if path == 0:
-            rho = np.int32(I16_T // z)
+        clip = 0
+        if use_vis:
             for j in range(n):
-                sc = out[r, j]
-                out[r, j] = 0 if sc < 0 else np.int32(sc * rho)
-        elif path == 1:
-            rho = np.int32((I8_T << INV_SHIFT) // z)
-            if rho > INT16_MAX:
-                counts[_C_RHO] += 1
-            sh = INV_SHIFT + out_shift
-            for j in range(n):
-                sc = out[r, j]
-                out[r, j] = 0 if sc < 0 else np.int32(np.int32(sc * rho) >> sh)
-        else:
-            k = 0
-            t = z
-            while t > 1:
-                t >>= 1
-                k += 1
-            for j in range(n):
-                sc = out[r, j]
-                if sc < 0:
-                    out[r, j] = 0
+                if not vis[r, j]:
+                    sbuf[j] = -1
                     continue
-                p = np.int32(np.int32(sc * clb_t) >> k)
-                if p > U8_MAX:
-                    p = U8_MAX
-                    counts[_C_SAT] += 1
-                out[r, j] = p
+                d = np.int32(m - np.int32(x[r, j]))
+                if d > dm:
+                    d = dm
+                    clip += 1
+                sc = np.int32(b - np.int32(sl * d))
+                sbuf[j] = sc
+                z = np.int32(z + sc)
+        else:
+            for j in range(n):
+                d = np.int32(m - np.int32(x[r, j]))
+                clip += d > dm
+                sc = np.int32(b - np.int32(sl * min(d, dm)))
+                sbuf[j] = sc
+                z = np.int32(z + sc)
+        counts[_C_CLIP] += clip
+        _hccs_out(out, r, sbuf, n, path, out_shift, clb_t, z, counts)
 
 
 def _check_path(path: str) -> int:
@@ -524,52 +554,6 @@ def _head_rows(h, what: str) -> np.ndarray:
     return rows2d(a)
 
 
-def _quantize_logits(rows: np.ndarray, s_x: float) -> tuple[np.ndarray, np.ndarray, int]:
-    """int8 logits ``clamp(RNE(rows / s_x), -127, 127)`` (float64 quotient), visibility
-    (finite entries) and the number of clamped entries."""
-    vis = np.isfinite(rows)
-    with np.errstate(invalid="ignore"):
-        t = np.rint(np.where(vis, rows, 0.0) / s_x)
-    sat = int(((t > X8_MAX) | (t < -X8_MAX)).sum())
-    return np.clip(t, -X8_MAX, X8_MAX).astype(np.int8), vis, sat
-
-
-def _head_scale(rows: np.ndarray) -> float:
-    fin = rows[np.isfinite(rows)]
-    amax = float(np.abs(fin).max()) if fin.size else 0.0
-    return amax / X8_MAX if amax > 0 else 1.0
-
-
-def _softmax_ref(vals: np.ndarray, vis: np.ndarray) -> np.ndarray:
-    v = np.where(vis, vals, -np.inf)
-    m = v.max(axis=1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    e = np.where(vis, np.exp(v - m), 0.0)
-    z = e.sum(axis=1, keepdims=True)
-    return e / np.where(z > 0, z, 1.0)
-
-
-def _calibrate_rows(rows: np.ndarray, n: int, s_x: float | None, exhaustive: bool, refine: int,
-                    objective: str, reference: str):
-    s_x = _head_scale(rows) if s_x is None else float(s_x)
-    x8, vis, _ = _quantize_logits(rows, s_x)
-    keep = vis.any(axis=1)
-    x8, vis, rows = x8[keep], vis[keep], rows[keep]
-    if x8.shape[0] == 0:
-        raise ValueError("calibration logits have no row with a visible (finite) entry")
-    ref_vals = x8.astype(np.float64) * s_x if reference == "quantized" else rows
-    qref = _softmax_ref(ref_vals, vis)
-    R = x8.shape[0]
-    qraw = np.zeros(DELTA_BINS)
-    N = np.empty(R, np.int64)
-    M = np.empty((R, DMAX_MAX + 1), np.int64)
-    ent = _histograms(np.ascontiguousarray(x8), np.ascontiguousarray(vis),
-                      np.ascontiguousarray(qref), qraw, N, M)
-    qbar = qraw / R
-    B, S, D, c = _search(qbar, N, M, n, OBJECTIVES.index(objective), exhaustive, refine)
-    return int(B), int(S), int(D), s_x, ent / R + c
-
-
 def calibrate(logits_per_head, *, n: int | None = None, x_scales=None,
               objective: str = "sum", reference: str = "quantized", exhaustive: bool = False,
               refine: int = REFINE_DEFAULT) -> HccsParams:
@@ -651,9 +635,9 @@ def _check_params_obj(params) -> HccsParams | None:
 @jit(parallel=True)
 def _quantized_logits(S, c, add, has_add, xs, vis, x8, logits, keep):
     """Per row ``r`` (logit unit ``c[r]``, head scale ``xs[r]``): ``t = RNE(fl64(S c (+ add)) /
-    xs)`` clamped to
-    [-127, 127] into int8 ``x8``; with ``keep`` the float64 logits go to ``logits`` too.
-    Returns how many visible logits (``vis``; ``(0, 0)`` = all) were clamped."""
+    xs)`` clamped to [-127, 127] into int8 ``x8``; with ``keep`` the float64 logits go to
+    ``logits`` too.  Returns how many visible logits (``vis``; ``(0, 0)`` = all) were clamped.
+    The loops are branch-free (LLVM vectorizes them)."""
     n, L = S.shape
     use_vis = vis.shape[0] > 0
     sat = np.zeros(n, dtype=np.int64)
@@ -668,11 +652,12 @@ def _quantized_logits(S, c, add, has_add, xs, vis, x8, logits, keep):
             if keep:
                 logits[r, j] = lg
             t = np.rint(lg / d)
-            if t > X8_MAX or t < -X8_MAX:
-                t = min(max(t, -X8_MAX), X8_MAX)
-                if not use_vis or vis[r, j]:
-                    cnt += 1
-            x8[r, j] = np.int8(t)
+            tc = min(max(t, -X8_MAX), X8_MAX)
+            if use_vis:
+                cnt += (tc != t) & vis[r, j]
+            else:
+                cnt += tc != t
+            x8[r, j] = np.int8(tc)
         sat[r] = cnt
     return sat.sum()
 
@@ -710,34 +695,20 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
     group = prob.sequences() if scope == "visible" else np.zeros(Bn, dtype=np.int64)
     bounds = np.flatnonzero(np.diff(group)) + 1
     spans = list(zip(np.r_[0, bounds].tolist(), np.r_[bounds, Bn].tolist(), strict=True))
-    if params is None:  # the float64 logits (masked: -inf) of every head, then calibrate
-        logits = np.empty((Bn * Lq, Lk), dtype=np.float64)
+    sats = []
 
-        def keep(rows, S, add):
-            for_size(_quantized_logits, S.size)(S, c_row[rows], S if add is None else add,
-                                                add is not None, np.ones(S.shape[0]), NO_VIS,
-                                                x8[rows], logits[rows], True)
+    def quantise(rows, S, add):
+        kernel = sized(_quantized_logits, S.size)
+        return int(kernel(S, c_row[rows], S if add is None else add, add is not None, xs[rows],
+                          vis[rows] if vis.shape[0] else NO_VIS, x8[rows], _NO_LOGITS, False))
 
-        fill_logits(prob, qz, keep)
-        if vis.shape[0]:
-            logits[~vis] = -np.inf
-        if scope == "visible":  # rows that do not take part (padding) do not calibrate
-            logits[~prob.taking_part()[0].reshape(-1)] = -np.inf
-        fitted = []
-        for e0, e1 in spans:
-            # (entries / H, H, Lq, Lk) by head; a span of fewer entries than heads (3-D inputs,
-            # where the one leading dim is both the batch and HCCS's head dim) leaves the
-            # other heads empty (all masked: not calibrated)
-            h0, n_e = e0 % H, e1 - e0
-            per_head = np.full((-(-(h0 + n_e) // H), H, Lq, Lk), -np.inf)
-            per_head.reshape((-1, Lq, Lk))[h0:h0 + n_e] = \
-                logits[e0 * Lq:e1 * Lq].reshape((n_e, Lq, Lk))
-            seen = per_head > -np.inf
-            # the row length of the constraints (eq. 4, 11): every key of the tensor
-            # ("tensor", the paper's n) or the most keys a row of the sequence sees
-            # ("visible": padding keys neither enter Z nor tighten the constraints)
-            n = Lk if scope == "tensor" else max(1, int(seen.sum(axis=-1).max()))
-            fitted.append(_calibrate_heads(per_head, seen, n))
+    if params is None:  # calibrate every head on the call's logits (calibrate's rules)
+        seen, s_x = _head_scales(prob, qz, c_row, vis, spans, H, scope)
+        span = np.repeat(np.arange(len(spans)), [e1 - e0 for e0, e1 in spans])
+        xs = np.repeat(s_x[span, np.arange(Bn) % H], Lq)  # each flat row's (span, head)
+        fill_logits(prob, qz, quantise, sats.append)
+        fitted = [HccsParams(**calibrate_span(x8, vis, seen, s_x[i], e0, e1, H, Lq, Lk, scope))
+                  for i, (e0, e1) in enumerate(spans)]
     else:
         fitted = [params] * len(spans)
     per_row = {n: np.empty(Bn * Lq, dtype=np.float64 if n == "x_scale" else np.int32)
@@ -746,21 +717,15 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
         rs = slice(e0 * Lq, e1 * Lq)
         for n in per_row:
             per_row[n][rs] = np.broadcast_to(getattr(pg, n), (H,))[head[rs]]
-    xs = per_row["x_scale"]
-    sat = 0
-
-    def quantise(rows, S, add):
-        nonlocal sat
-        kernel = for_size(_quantized_logits, S.size)
-        sat += int(kernel(S, c_row[rows], S if add is None else add, add is not None, xs[rows],
-                          vis[rows] if vis.shape[0] else NO_VIS, x8[rows], _NO_LOGITS, False))
-
-    fill_logits(prob, qz, quantise)
+    if params is not None:
+        xs = per_row["x_scale"]
+        fill_logits(prob, qz, quantise, sats.append)
+    sat = sum(sats)
     Bv, Sv, Dv = (np.ascontiguousarray(per_row[n]) for n in ("B", "S", "Dmax"))
-    P32 = np.empty(x8.shape, dtype=np.int32)
+    P = np.empty(x8.shape, dtype=np.float32)  # the integer probabilities (exact in float32)
     counts = _core(x8, vis, Bv, Sv, Dv, _check_path(path), _check_out_shift(out_shift, path),
-                   _check_clb_t(clb_T), P32)
-    O, rowsum = exact_attend(P32.astype(np.float32), prob, qz.v8)
+                   _check_clb_t(clb_T), P)
+    O, rowsum = exact_attend(P, prob, qz.v8)
     s_v = qz.sv.astype(np.float64)[:, None, None]
     if dequant == "scale":
         out = O * (s_v * unit)
@@ -777,31 +742,6 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
         seen = rowsum > 0 if not vis.shape[0] else vis.reshape(Bn, Lq, Lk).any(axis=2)
         st.unnormalized_rows = unnormalized(rowsum, 1.0 / unit, seen, HCCS_NORM_TOL)
     return out, st
-
-
-def _calibrate_heads(per_head: np.ndarray, vis_h: np.ndarray, n: int) -> HccsParams:
-    """Calibrate every head on the call's logits; a head without any visible logit gets the
-    uniform surrogate (S = 0; its rows are NaN anyway)."""
-    H = per_head.shape[1]
-    live = [bool(vis_h[:, h].any()) for h in range(H)]
-    cal = calibrate([per_head[:, h] for h in range(H) if live[h]], n=n) if any(live) else None
-    B, S, D, xs, kl = [], [], [], [], []
-    i = 0
-    for h in range(H):
-        if live[h]:
-            B.append(cal.B[i])
-            S.append(cal.S[i])
-            D.append(cal.Dmax[i])
-            xs.append(cal.x_scale[i])
-            kl.append(cal.kl[i])
-            i += 1
-        else:
-            B.append(INT16_MAX // n)
-            S.append(0)
-            D.append(0)
-            xs.append(1.0)
-            kl.append(0.0)
-    return HccsParams(B=B, S=S, Dmax=D, x_scale=xs, n=n, kl=kl)
 
 
 def hccs_softmax(scores, axis: int = -1, *, params: HccsParams | None = None,

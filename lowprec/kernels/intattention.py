@@ -72,6 +72,7 @@ from ..formats._jit import for_size, jit
 from ..stats import IntAttentionStats
 from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, check_real
+from ._fp import dense_max
 from ._int8 import (
     INT8_QMAX,
     check_positive_scale,
@@ -105,7 +106,16 @@ from ._scores import (
     float_scores,
     nan_rows,
 )
-from .problem import MASK_FLOOR, SCALE_SCOPES, Problem, check_block, each_chunk, softmax_rows
+from .problem import (
+    MASK_FLOOR,
+    SCALE_SCOPES,
+    Problem,
+    check_block,
+    each_chunk,
+    scratch,
+    sized,
+    softmax_rows,
+)
 
 BITS_DEFAULT = 5  # attention.md 3: b = 5, a 32-entry LUT (paper section 4.4)
 C_DEFAULT = 6.6  # attention.md 3: clipping threshold c (paper section 4.4)
@@ -259,13 +269,22 @@ def _deploy_mult(t: int, nb: int) -> int:
 # Numba kernels (plain arrays and ints)
 
 
+@jit(inline="always")
+def _index_of_score(dd, cf, nb32, nb, mode):
+    """The LUT index of a clamped distance ``0 <= dd <= cf`` (float32 steps)."""
+    q = np.float32(np.float32(dd * nb32) / cf)
+    idx = np.int64(q) if mode == _MODE_FLOOR else np.int64(np.rint(q))
+    return min(idx, nb)
+
+
 @jit(parallel=True)
 def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
     """LUT softmax of float32 scores ``x`` (N, L) into ``out`` (float32, or float64 holding the
     float32 results; see :func:`index_softmax_float`); ``-inf`` scores and masked keys give 0,
     rows with NaN or ``+inf``, or without a visible finite score, give NaN.  Rows run in
     parallel; every step is one float32 operation (IEEE: the same bits as the float64
-    evaluation rounded once, which the spec states)."""
+    evaluation rounded once, which the spec states).  Rows with every key visible and finite
+    scores run without branches (LLVM vectorizes them)."""
     N, L = x.shape
     nb32 = np.float32(nb)
     ne = lut.shape[0]
@@ -273,46 +292,54 @@ def _float_index_rows(x, lim, vis, has_vis, lut, nb, cf, mode, out):
         idxs = np.empty(L, np.int64)
         ptab = np.empty(ne, np.float32)
         top = min(lim[r], L - 1)
-        m = np.float32(-np.inf)
-        nvis = 0
-        bad = False
-        for j in range(top + 1):
-            if has_vis and not vis[r, j]:
-                continue
-            v = x[r, j]
-            if v != v or v == np.inf:
-                bad = True
-            if v == -np.inf:
-                continue
-            nvis += 1
-            if v > m:
-                m = v
-        if bad or nvis == 0:
+        dense = False
+        if not has_vis and top == L - 1:
+            dense, m = dense_max(x, r)
+        if dense:  # two loops: the lookups kept LLVM from vectorizing the first
             for j in range(L):
-                out[r, j] = np.nan
-            continue
-        z = np.int64(0)
-        for j in range(L):
-            if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
-                idxs[j] = -1
+                idxs[j] = _index_of_score(min(np.float32(m - x[r, j]), cf), cf, nb32, nb, mode)
+            z = np.int64(0)
+            for j in range(L):
+                z += lut[idxs[j]]
+        else:
+            m = np.float32(-np.inf)
+            nvis = 0
+            bad = False
+            for j in range(top + 1):
+                if has_vis and not vis[r, j]:
+                    continue
+                v = x[r, j]
+                if v != v or v == np.inf:
+                    bad = True
+                if v == -np.inf:
+                    continue
+                nvis += 1
+                if v > m:
+                    m = v
+            if bad or nvis == 0:
+                for j in range(L):
+                    out[r, j] = np.nan
                 continue
-            dd = np.float32(m - x[r, j])
-            if dd > cf:
-                dd = cf
-            q = np.float32(np.float32(dd * nb32) / cf)
-            if mode == _MODE_FLOOR:
-                idx = np.int64(q)
-            else:
-                idx = np.int64(np.rint(q))
-            if idx > nb:
-                idx = nb
-            idxs[j] = idx
-            z += lut[idx]
+            z = np.int64(0)
+            for j in range(L):
+                if j > top or (has_vis and not vis[r, j]) or x[r, j] == -np.inf:
+                    idxs[j] = -1
+                    continue
+                dd = np.float32(m - x[r, j])
+                if dd > cf:
+                    dd = cf
+                idx = _index_of_score(dd, cf, nb32, nb, mode)
+                idxs[j] = idx
+                z += lut[idx]
         zf = np.float32(z)
         for u in range(ne):
             ptab[u] = np.float32(np.float32(lut[u]) / zf)
-        for j in range(L):
-            out[r, j] = 0.0 if idxs[j] < 0 else ptab[idxs[j]]
+        if dense:
+            for j in range(L):
+                out[r, j] = ptab[idxs[j]]
+        else:
+            for j in range(L):
+                out[r, j] = 0.0 if idxs[j] < 0 else ptab[idxs[j]]
 
 
 @jit(parallel=True)
@@ -644,11 +671,11 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
     nb = (1 << b) - 1
     pmax = P_SCALES[pf]
     info_all = np.zeros((B, Lq, _N_INFO), dtype=np.int64)
-    msat = 0
+    msat = [0]
 
     def step(g0, g1, r0, r1, rm):
-        nonlocal msat
         gh, rows = g1 - g0, r1 - r0
+        sat = 0
         lim, vis, add = rm
         S = int_scores(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1])  # exact integers (< 2**31)
         cint = np.ascontiguousarray(cint_row[g0:g1, r0:r1]).reshape(-1)
@@ -662,19 +689,23 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
                 bias = np.clip(np.rint(add.astype(np.float64) / alpha_row[g0:g1, r0:r1, None]),
                                -2.0 * LOGIT_LIMIT, 2.0 * LOGIT_LIMIT)
                 S = S + bias
-                sat = np.abs(S) > LOGIT_LIMIT
+                big = np.abs(S) > LOGIT_LIMIT
                 if vis is not None:
-                    sat &= vis.reshape(S.shape)
-                msat += int(np.count_nonzero(sat))
+                    big &= vis.reshape(S.shape)
+                sat = int(np.count_nonzero(big))
                 S = np.clip(S, -LOGIT_LIMIT, LOGIT_LIMIT)
             s2 = S.astype(np.int32).reshape((gh * rows, Lk))
             P, info = _run_core(s2, cint, lim, vis, lut, nb, mode, pmax, dep, tail, b)
             P = P.reshape((gh, rows, Lk))
         psum = int(info[:, _I_PSUM].max()) if info.size else 0
         info_all[g0:g1, r0:r1] = info.reshape((gh, rows, _N_INFO))
-        return _out_rows(exact_pv(P, qz.v8[g0:g1], psum), qz.sv[g0:g1], pmax)
+        return _out_rows(exact_pv(P, qz.v8[g0:g1], psum), qz.sv[g0:g1], pmax), sat
 
-    out = each_chunk(prob, step)
+    def then(sat):
+        msat[0] += sat
+
+    out = each_chunk(prob, step, then)
+    msat = msat[0]
     if not return_stats:
         return out, None
     c_rec = cint_row[:, ::qz.block][:, :qz.groups] if Lq else np.zeros((B, 0), np.int64)
@@ -695,21 +726,19 @@ def _index_softmax_only(prob: Problem, return_stats: bool, bits: int = BITS_DEFA
     Lk = prob.Lk
     lut = index_lut(b, cf).astype(np.int64)
     q64, k64t, v64 = float64_operands(prob)
-    empty_rows = 0
+    empty_rows = []
 
     def step(g0, g1, r0, r1, rm):
-        nonlocal empty_rows
         lim, vis, add = rm
         sc = float_scores(prob, g0, g1, r0, r1, add, q64, k64t)
-        P = np.empty(sc.shape, dtype=np.float64)
-        for_size(_float_index_rows, sc.size)(sc, lim, ALL_VISIBLE if vis is None else vis,
-                                             vis is not None, lut, (1 << b) - 1, np.float32(cf),
-                                             mode, P)
-        empty_rows += nan_rows(P)
-        return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1)
+        P = scratch("index_softmax_only.P", sc.shape, np.float64)
+        sized(_float_index_rows, sc.size)(sc, lim, ALL_VISIBLE if vis is None else vis,
+                                          vis is not None, lut, (1 << b) - 1, np.float32(cf),
+                                          mode, P)
+        return float_rows_output(P.reshape((g1 - g0, r1 - r0, Lk)), v64, g0, g1), nan_rows(P)
 
-    out = each_chunk(prob, step)
-    st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=empty_rows) \
+    out = each_chunk(prob, step, empty_rows.append)
+    st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=sum(empty_rows)) \
         if return_stats else None
     return out, st
 
@@ -724,11 +753,9 @@ def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tenso
     qz = quantize_problem(prob, gran, blk, check_choice(scale_scope, "scale_scope",
                                                         SCALE_SCOPES))
     scale32 = np.float32(prob.scale)
-    empty_rows = 0
-    unnorm = 0
+    counts = np.zeros(2, dtype=np.int64)  # empty rows, unnormalized rows
 
     def step(g0, g1, r0, r1, rm):
-        nonlocal empty_rows, unnorm
         gh, rows = g1 - g0, r1 - r0
         lim, vis, add = rm
         S = int_scores(qz.q8[g0:g1, r0:r1], qz.k8t[g0:g1]).reshape((gh * rows, Lk))
@@ -736,20 +763,24 @@ def _quant_only(prob: Problem, return_stats: bool, granularity: str = "per_tenso
         sk = np.repeat(qz.sk[g0:g1], rows)
         P8 = np.empty(S.shape, dtype=np.float32)
         addr = add.reshape(S.shape) if add is not None else P8
-        psum = for_size(_quant_only_rows, S.size)(S, scale32, sq, sk, addr, add is not None, lim,
-                                ALL_VISIBLE if vis is None else vis, vis is not None, P8)
+        psum = sized(_quant_only_rows, S.size)(S, scale32, sq, sk, addr, add is not None, lim,
+                                               ALL_VISIBLE if vis is None else vis,
+                                               vis is not None, P8)
         none = rm.none_visible(Lk)
-        empty_rows += int(none.sum())
-        unnorm += unnormalized(P8.sum(axis=1, dtype=np.float64), float(INT8_QMAX), ~none)
+        cnt = (int(none.sum()),
+               unnormalized(P8.sum(axis=1, dtype=np.float64), float(INT8_QMAX), ~none))
         return _out_rows(exact_pv(P8.reshape((gh, rows, Lk)), qz.v8[g0:g1], psum),
-                         qz.sv[g0:g1], INT8_QMAX)
+                         qz.sv[g0:g1], INT8_QMAX), cnt
 
-    out = each_chunk(prob, step)
+    def then(cnt):
+        counts[:] += cnt
+
+    out = each_chunk(prob, step, then)
     st = None
     if return_stats:
-        st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=empty_rows,
+        st = IntAttentionStats(calls=1, rows=prob.B * prob.Lq, empty_rows=int(counts[0]),
                                quantized=qz.quantized, saturated=qz.saturated,
-                               unnormalized_rows=unnorm)
+                               unnormalized_rows=int(counts[1]))
     return out, st
 
 

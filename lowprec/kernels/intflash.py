@@ -50,14 +50,16 @@ import numpy as np
 from numba import prange
 
 from ..formats._arrays import to_numpy
-from ..formats._bits import f32_as_u32
-from ..formats._jit import for_size, jit
+from ..formats._bits import f32_as_u32, u32_as_f32
+from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_real, float_input
 from ._fp import exp2_f32 as _exp2_float
+from ._fp import exp2_f32_or_unsure, order_key
 from ._fp import round_f16 as _round_f16
-from ._int8 import FINITE_WHY, int8_rows, score_chunks
+from ._gemm import RED, ROWS, pv_tile
+from ._int8 import F32_EXACT, FINITE_WHY, int8_rows, score_chunks
 from ._int8 import INT8_D_MAX as D_MAX
 from .problem import (
     LOG2E,
@@ -70,6 +72,7 @@ from .problem import (
     int8_input,
     kernel_array,
     mask_planes,
+    sized,
 )
 
 BLOCK_Q_DEFAULT = 64  # attention.md 6: not pinned (the authors autotune 32..256)
@@ -185,10 +188,28 @@ def _f16_index(h):
 
 
 @jit(inline="always")
+def _p8_of(p):
+    """:func:`_p8` computed instead of looked up (three float16 roundings on the bits, no
+    table: loops of it vectorize); equal for every float32 ``p`` in [0, 1]
+    (tests/test_exhaustive.py).  As a float32 (an integer in [0, 127])."""
+    t = _round_f16(np.float32(_round_f16(p) * np.float32(INT8_QMAX)))  # exact product
+    return np.float32(np.floor(_round_f16(np.float32(t + np.float32(0.5)))))
+
+
+@jit(inline="always")
 def _p8(p, table):
     """``trunc(f16(f16(f16(p) * 127) + 0.5))`` for ``0 <= p <= 1`` (an int in [0, 127]): the
     first float16 rounding on the bits, the rest from the 15361-entry table."""
     return table[_f16_index(_round_f16(p))]
+
+
+@jit(inline="always")
+def _acc_tile(acc, r, tile, svb, alpha):
+    """``acc[r] = fp32(fp32(acc[r] * alpha) + fp32(fp32(tile * s_v) / 127))`` (the tile's
+    integer ``P8 v8`` sums in ``tile``)."""
+    for cc in range(acc.shape[1]):
+        tv = np.float32(np.float32(np.float32(tile[cc]) * svb) / _F127)
+        acc[r, cc] = np.float32(np.float32(acc[r, cc] * alpha) + tv)
 
 
 @jit(parallel=True)
@@ -196,13 +217,17 @@ def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br,
                      round_out, g0, r0, Lq, p8tab, out):
     """Algorithm 1 on a chunk: ``S (gh, rows, Lk)`` holds the exact int8 score products of
     entries ``g0 ..`` and query rows ``r0 ..`` (``r0`` a multiple of ``Br``); one task per
-    (entry, query tile).  Returns per-task counters ``(gh * nq, _NCOUNT)``."""
+    (entry, query tile).  ``v8``: float32 holding v's codes, padded with zero keys to a
+    multiple of ``Bc`` plus :data:`~._gemm.RED`.  Returns per-task counters
+    ``(gh * nq, _NCOUNT)``."""
     gh, rows, Lk = S.shape
     dv = out.shape[2]
     nq = (rows + Br - 1) // Br
     nk = (Lk + Bc - 1) // Bc
     ntask = gh * nq
     cnt = np.zeros((ntask, _NCOUNT), dtype=np.int64)
+    bkp = (Bc + RED - 1) // RED * RED  # keys of a tile padded for pv_tile (v8 has them)
+    tiled = not half and bkp * INT8_QMAX * INT8_QMAX <= F32_EXACT
     for task in prange(ntask):
         gi = task // nq
         b = g0 + gi
@@ -216,6 +241,11 @@ def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br,
         p = np.empty(Bc, dtype=np.float32)
         ti = np.empty(dv, dtype=np.int32)
         tf = np.empty(dv, dtype=np.float32)
+        nrp = (nr + ROWS - 1) // ROWS * ROWS
+        p8t = np.zeros((nrp, bkp), dtype=np.float32)
+        tt = np.empty((nrp, dv), dtype=np.float32)
+        alphas = np.empty(nr, dtype=np.float32)
+        upd = np.zeros(nr, dtype=np.bool_)
         c_tiles = 0
         c_skip = 0
         c_resc = 0
@@ -224,6 +254,7 @@ def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br,
         for t in range(nk):
             j0 = t * Bc
             nv = min(Bc, Lk - j0)
+            upd[:] = False
             if causal and j0 > i0 + nr - 1 + off:
                 c_skip += nk - t
                 break
@@ -251,7 +282,7 @@ def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br,
                 if jl <= 0:
                     continue
                 sqi = sq[b, i]
-                rmax = _NINF
+                rkey = order_key(np.int64(np.int32(f32_as_u32(_NINF))))
                 for jj in range(jl):
                     # fp32(q8 k8^T): S holds the exact integer (float32 while it is exact there,
                     # else float64), so fp32(S) is the one rounding of the spec
@@ -261,16 +292,22 @@ def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br,
                     if has_mask:
                         yv = np.float32(yv + np.float32(mask[mb, i, j0 + jj] * _LOG2E_F32))
                     y[jj] = yv
-                    if yv > rmax:
-                        rmax = yv
+                    # the row max on the bits (y is finite or -inf; a zero's sign is immaterial
+                    # below: exp2 and the comparisons treat -0 as 0)
+                    rkey = max(rkey, order_key(np.int64(np.int32(f32_as_u32(yv)))))
+                rmax = u32_as_f32(np.uint32(order_key(rkey) & 0xFFFFFFFF))
                 if rmax == _NINF:
                     continue
                 mo = m[r]
                 mn = max(mo, rmax)
+                for jj in range(jl):  # vectorized; the rare unsure entries below
+                    p[jj] = exp2_f32_or_unsure(np.float32(y[jj] - mn))
                 lt = np.float32(0.0)
                 for jj in range(jl):
-                    pv = _exp2_float(np.float32(y[jj] - mn))
-                    p[jj] = pv
+                    pv = p[jj]
+                    if pv < 0:
+                        pv = _exp2_float(np.float32(y[jj] - mn))
+                        p[jj] = pv
                     lt = np.float32(lt + pv)
                 alpha = _exp2_float(np.float32(mo - mn))
                 if mo != _NINF and mn != mo:
@@ -285,18 +322,27 @@ def _intflash_kernel(S, v8, vh, sq, sk, sv, c, mask, mmap, has_mask, causal, Br,
                                 tf[cc] = np.float32(tf[cc] + np.float32(ph * vh[b, j0 + jj, cc]))
                     for cc in range(dv):
                         acc[r, cc] = np.float32(np.float32(acc[r, cc] * alpha) + tf[cc])
+                elif tiled:  # P8 of the row; the tile's P8 v8 below, for every row at once
+                    for jj in range(jl):
+                        p8t[r, jj] = _p8_of(p[jj])
+                    for jj in range(jl, bkp):
+                        p8t[r, jj] = 0.0
+                    alphas[r] = alpha
+                    upd[r] = True
                 else:
                     ti[:] = 0
                     for jj in range(jl):  # int32 sums: block_k <= BLOCK_K_MAX
                         pq = _p8(p[jj], p8tab)
                         if pq != 0:
                             for cc in range(dv):
-                                ti[cc] += pq * v8[b, j0 + jj, cc]
-                    svb = sv[b]
-                    for cc in range(dv):
-                        tv = np.float32(np.float32(np.float32(ti[cc]) * svb) / _F127)
-                        acc[r, cc] = np.float32(np.float32(acc[r, cc] * alpha) + tv)
+                                ti[cc] += pq * np.int64(v8[b, j0 + jj, cc])
+                    _acc_tile(acc, r, ti, sv[b], alpha)
                 m[r] = mn
+            if tiled:  # exact integers in float32 (Bc + 3 keys of |P8 v8| <= 127 * 127)
+                pv_tile(p8t, v8[b], tt, j0, nrp, bkp, dv)
+                for r in range(nr):
+                    if upd[r]:
+                        _acc_tile(acc, r, tt[r], sv[b], alphas[r])
         for r in range(nr):
             i = i0 + r
             if m[r] == _NINF:
@@ -399,13 +445,20 @@ def _run(q8, k8, v8, vh, sq, sk, sv, scale, Br, Bc, causal, half, planes, mmap, 
     c = np.float32(np.float32(scale) * _LOG2E_F32)
     out = np.empty((B, Lq, dv), dtype=np.float32)
     w = kernel_array
-    args = (w(v8, np.int32), w(vh, np.float32), w(sq, np.float32), w(sk, np.float32),
+    Lk = k8.shape[1]
+    if not half:  # zero keys up to whole tiles plus a pv_tile step (the kernel reads them)
+        vp = np.zeros((v8.shape[0], -(-Lk // Bc) * Bc + RED, dv), dtype=np.float32)
+        vp[:, :Lk] = v8
+        v8 = vp
+    args = (w(v8, np.float32), w(vh, np.float32), w(sq, np.float32), w(sk, np.float32),
             w(sv, np.float32), c, w(planes, np.float32), w(mmap, np.int64), has_mask, causal,
             Br, Bc, half, round_out)
     counts = np.zeros((B, _NCOUNT), dtype=np.int64)
-    for g0, g1, r0, _, S in score_chunks(q8, k8, align=min(Br, max(Lq, 1))):
-        cnt = for_size(_intflash_kernel, S.size)(S, *args, g0, r0, Lq, _P8, out)
-        counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
+
+    def work(g0, r0, S):
+        return sized(_intflash_kernel, S.size)(S, *args, g0, r0, Lq, _P8, out)
+
+    score_chunks(q8, k8, work, counts, align=min(Br, max(Lq, 1)))
     return out, counts
 
 

@@ -32,12 +32,14 @@ between batch entries through :func:`mask_planes`.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
 
 from ..formats._arrays import BF16, is_torch, to_numpy
+from ..formats._jit import for_size
 from ._check import check_bool, check_int, check_real
 
 _IN_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.float64))
@@ -250,16 +252,23 @@ class RowMask(NamedTuple):
 
 
 CHUNK_ELEMS = 1 << 22  # logits per chunk of the row-wise schemes (bounds their memory)
+#: logits of a call from which its chunks run on several threads (:func:`run_chunks`): below
+#: it one chunk's kernels run in parallel instead, as waking a pool costs more than it saves
+CHUNK_PARALLEL_MIN = 1 << 21
 
 
-def row_chunks(B: int, Lq: int, Lk: int, elems: int = CHUNK_ELEMS, align: int = 1):
+def row_chunks(B: int, Lq: int, Lk: int, elems: int = CHUNK_ELEMS, align: int = 1,
+               parts: int = 1):
     """``(g0, g1, r0, r1)`` steps over (entries, query rows) with about ``elems`` logits each:
-    whole entries while they fit, else row ranges of one entry starting at multiples of
-    ``align`` (a query tile size, so that chunks hold whole tiles)."""
+    whole entries while they fit (at least ``parts`` chunks when there are that many entries),
+    else row ranges of one entry starting at multiples of ``align`` (a query tile size, so that
+    chunks hold whole tiles).  ``parts`` only splits whole-entry chunks further, so the row
+    ranges, and with them every result, do not depend on it."""
     per = max(1, elems // max(Lk, 1))
     per = max(align, per // align * align)
     if per >= Lq:
         gh = max(1, per // max(Lq, 1))
+        gh = max(1, min(gh, -(-B // max(parts, 1))))
         for g0 in range(0, B, gh):
             yield g0, min(B, g0 + gh), 0, Lq
     else:
@@ -268,12 +277,137 @@ def row_chunks(B: int, Lq: int, Lk: int, elems: int = CHUNK_ELEMS, align: int = 
                 yield g, g + 1, r0, min(Lq, r0 + per)
 
 
-def each_chunk(prob: Problem, step) -> np.ndarray:
+_POOL: list = []  # [ThreadPoolExecutor], created on first use
+_LOCAL = threading.local()  # .worker: this thread runs chunks of run_chunks
+
+
+def chunk_threads(logits: int) -> int:
+    """Threads that :func:`run_chunks` uses for a call of ``logits`` logits: Numba's thread
+    count (``numba.set_num_threads``), 1 below :data:`CHUNK_PARALLEL_MIN` or inside a worker."""
+    if logits < CHUNK_PARALLEL_MIN or getattr(_LOCAL, "worker", False):
+        return 1
+    import numba
+
+    return max(1, int(numba.get_num_threads()))
+
+
+def sized(kernel, n: int):
+    """``kernel`` (a ``@jit(parallel=True)`` dispatcher) for ``n`` elements: its serial
+    compilation inside a :func:`run_chunks` worker (the chunks are the parallel loop there),
+    else :func:`~lowprec.formats._jit.for_size`'s choice."""
+    if getattr(_LOCAL, "worker", False):
+        return kernel.serial
+    return for_size(kernel, n)
+
+
+def scratch(key: str, shape: tuple, dtype) -> np.ndarray:
+    """An uninitialised array for work inside one chunk of :func:`run_chunks`, whose memory the
+    next chunk that this thread runs in the same call gets again (``key`` names the use; a
+    scratch array must not outlive its chunk).  Freshly mapped memory costs about 0.1 ms per MB
+    to fault in, which for a chunk's float64 score matrix is a third of its GEMM; outside
+    :func:`run_chunks` this is ``np.empty``."""
+    bufs = getattr(_LOCAL, "scratch", None)
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if bufs is None:
+        return np.empty(shape, dtype=dt)
+    buf = bufs.get(key)
+    if buf is None or buf.size < n:
+        buf = np.empty(max(n, 1), dtype=np.uint8)
+        bufs[key] = buf
+    return buf[:n].view(dt).reshape(shape)
+
+
+def run_chunks(chunks: list, work, then=None, threads: int = 1) -> None:
+    """``work(*chunk)`` for every chunk; ``then(result)`` (when given) in chunk order on the
+    calling thread.  With ``threads > 1`` the chunks run on that many pool threads, each with
+    one BLAS thread (:func:`one_blas_thread`) and the serial compilation of every Numba kernel
+    (:func:`sized`): a chunk is computed as it would be alone, so the results are the same
+    bits; ``then`` overlaps with the chunks still running (e.g. a sum that must be taken in
+    row order).  An exception in a chunk stops the others and is raised here."""
+    n = len(chunks)
+    threads = min(threads, n)
+    if threads <= 1:
+        own = getattr(_LOCAL, "scratch", None) is None
+        if own:
+            _LOCAL.scratch = {}
+        try:
+            for c in chunks:
+                r = work(*c)
+                if then is not None:
+                    then(r)
+        finally:
+            if own:
+                _LOCAL.scratch = None
+        return
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(thread_name_prefix="lowprec-chunk"))
+    results: list = [None] * n
+    done = [threading.Event() for _ in range(n)]
+    state = {"next": 0, "stop": False}
+    lock = threading.Lock()
+
+    def worker():
+        _LOCAL.worker = True
+        _LOCAL.scratch = {}
+        try:
+            while True:
+                with lock:
+                    i = state["next"]
+                    if i >= n or state["stop"]:
+                        return
+                    state["next"] = i + 1
+                try:
+                    results[i] = (True, work(*chunks[i]))
+                except BaseException as exc:  # noqa: B036 - re-raised by the caller
+                    results[i] = (False, exc)
+                    state["stop"] = True
+                done[i].set()
+        finally:
+            _LOCAL.worker = False
+            _LOCAL.scratch = None
+
+    futures = [_POOL[0].submit(worker) for _ in range(threads)]
+    try:
+        for i in range(n):
+            while not done[i].wait(0.05):
+                if state["stop"] or all(f.done() for f in futures):
+                    break
+            if not done[i].is_set():
+                break
+            ok, r = results[i]
+            results[i] = None
+            if not ok:
+                raise r
+            if then is not None:
+                then(r)
+    finally:
+        state["stop"] = True
+        for f in futures:
+            f.result()
+    for i in range(n):
+        if results[i] is not None and not results[i][0]:
+            raise results[i][1]
+
+
+def each_chunk(prob: Problem, step, then=None) -> np.ndarray:
     """The one chunk loop of the row-wise schemes: ``step(g0, g1, r0, r1, rowmask)`` returns
-    the float output rows ``(g1 - g0, r1 - r0, dv)`` of each chunk (:func:`row_chunks`)."""
+    the float output rows ``(g1 - g0, r1 - r0, dv)`` of each chunk (:func:`row_chunks`), or,
+    with ``then``, a pair ``(rows, extra)`` and ``then(extra)`` is called in chunk order on the
+    calling thread (counters, ordered sums).  Large calls run their chunks in parallel
+    (:func:`run_chunks`): a step then calls its parallel kernels through :func:`sized`."""
     out = np.empty((prob.B, prob.Lq, prob.dv), dtype=np.float32)
-    for g0, g1, r0, r1 in row_chunks(prob.B, prob.Lq, prob.Lk):
-        out[g0:g1, r0:r1] = step(g0, g1, r0, r1, prob.rows(g0, g1, r0, r1))
+    threads = chunk_threads(prob.B * prob.Lq * prob.Lk)
+
+    def work(g0, g1, r0, r1):
+        res = step(g0, g1, r0, r1, prob.rows(g0, g1, r0, r1))
+        rows, extra = res if then is not None else (res, None)
+        out[g0:g1, r0:r1] = rows
+        return extra
+
+    run_chunks(list(row_chunks(prob.B, prob.Lq, prob.Lk, parts=threads)), work, then, threads)
     return out
 
 
@@ -630,7 +764,8 @@ def core_lead(qa: np.ndarray, ka: np.ndarray, va: np.ndarray) -> tuple:
 __all__ = ["Problem", "RowMask", "prepare", "check_shapes", "plane_map", "finish",
            "causal_visible", "check_block",
            "no_key_rows", "kernel_array", "one_blas_thread",
-           "row_chunks", "each_chunk", "mask_planes", "flat_lead", "rows2d",
+           "row_chunks", "each_chunk", "run_chunks", "chunk_threads", "sized", "scratch",
+           "mask_planes", "flat_lead", "rows2d",
            "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",
            "MASK_FLOOR", "logit_noise", "NOISE_NATS", "NOISE_MODELS", "SCALE_SCOPES",
            "is_torch"]

@@ -50,11 +50,19 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from numba import prange
 
-from ..formats._jit import for_size, jit
+from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_int, check_real, float_input, int_input
-from ._int8 import FINITE_WHY, quantize_int8, row_scales, scoped_amax, score_chunks
+from ._gemm import RED, ROWS, pv_tile
+from ._int8 import (
+    F32_EXACT,
+    FINITE_WHY,
+    quantize_int8,
+    row_scales,
+    scoped_amax,
+    score_chunks,
+)
 from .problem import (
     INT8_D_MAX,
     LOG2E,
@@ -67,6 +75,7 @@ from .problem import (
     int8_input,
     kernel_array,
     mask_planes,
+    sized,
 )
 
 SHIFT_EXP = 16  # attention.md 4 / Alg. 2 eq. 16: fixed-point bits of exp_M and req_M
@@ -227,10 +236,8 @@ def _wrap8(x):
 @jit(inline="always")
 def _ashr(a, n):
     """Arithmetic shift of an int32 value with the GPU's clamped count: a count outside
-    [0, 31] fills with the sign."""
-    if n < 0 or n > 31:
-        return -1 if a < 0 else 0
-    return a >> n
+    [0, 31] fills with the sign (a shift by 63 of the int64 holding it; no branch)."""
+    return a >> (n if (n >= 0) & (n <= 31) else np.int64(63))
 
 
 @jit(inline="always")
@@ -242,50 +249,43 @@ def _tdiv(a, b):
 
 @jit(inline="always")
 def _shexp(x, R, exp_M, division):
-    """ShiftExp2 of an int32 ``x``: ``(y, overflow of x * exp_M, other int32 wraps)``."""
-    ovf = 0
-    wr = 0
+    """ShiftExp2 of an int32 ``x``: ``(y, overflow of x * exp_M, other int32 wraps)``.  Written
+    without branches (the counts are sums of comparisons), so that loops of it vectorize."""
     if division:
         nx = _wrap32(-x)
-        if nx != -x:
-            wr += 1
+        wr = np.int64(nx != -x)
         q = _tdiv(nx, R)
+        ovf = np.int64(0)
     else:
         prod = x * exp_M
         w = _wrap32(prod)
-        if w != prod:
-            ovf = 1
+        ovf = np.int64(w != prod)
         q = w >> SHIFT_EXP
+        wr = np.int64(0)
     t = q * R
     qr = _wrap32(t)
-    if qr != t:
-        wr += 1
+    wr += qr != t
     t = x + qr
     r = _wrap32(t)
-    if r != t:
-        wr += 1
+    wr += r != t
     t = (r >> 1) + R
     u = _wrap32(t)
-    if u != t:
-        wr += 1
+    wr += u != t
     return _ashr(u, q), ovf, wr
 
 
 @jit(inline="always")
 def _requant(p, req_M):
-    """``(int8 value, wrapped to int8, other int32 wraps)``."""
-    wr = 0
+    """``(int8 value, wrapped to int8, other int32 wraps)`` (no branches)."""
     t = p * req_M
     a = _wrap32(t)
-    if a != t:
-        wr += 1
+    wr = np.int64(a != t)
     t = a + (1 << (SHIFT_EXP - 1))
     b = _wrap32(t)
-    if b != t:
-        wr += 1
+    wr += b != t
     c = b >> SHIFT_EXP
     y = _wrap8(c)
-    return y, (1 if y != c else 0), wr
+    return y, np.int64(y != c), wr
 
 
 @jit(inline="always")
@@ -435,6 +435,20 @@ def scale_release(x, alpha, M: int) -> np.ndarray:
 # the attention kernel
 
 
+@jit(inline="always")
+def _acc_update(acc, r, tile, alpha, acc_M):
+    """``acc[r] = int32(ScaleRelease(acc[r], alpha) + tile)``; returns the int32 wraps."""
+    wraps = 0
+    for c in range(acc.shape[1]):
+        ar, wr = _release(acc[r, c], alpha, acc_M)
+        wraps += wr
+        raw = ar + tile[c]
+        a32 = _wrap32(raw)
+        wraps += a32 != raw
+        acc[r, c] = a32
+    return wraps
+
+
 @jit(parallel=True)
 def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req_M, l_M, acc_M,
                    bk, m_init, division, out):
@@ -448,16 +462,26 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
     ntr = (rows + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
     ntask = gh * ntr
     cnt = np.zeros((ntask, _NCOUNT), dtype=np.int64)
+    bkp = (bk + RED - 1) // RED * RED  # keys of a tile padded for pv_tile (v has them)
+    tiled = bkp * 128 * 128 <= F32_EXACT  # |P8 v8| <= 128 * 128: tile sums exact in float32
     for task in prange(ntask):
         gi = task // ntr
         b = g0 + gi
         i0 = (task % ntr) * _ROWS_PER_TASK
-        i1 = min(rows, i0 + _ROWS_PER_TASK)
+        nr = min(rows, i0 + _ROWS_PER_TASK) - i0
+        nrp = (nr + ROWS - 1) // ROWS * ROWS
         s = np.empty(bk, dtype=np.int64)
         p8 = np.empty(bk, dtype=np.int64)
-        acc = np.empty(dv, dtype=np.int64)
+        acc = np.zeros((nr, dv), dtype=np.int64)
         tile = np.empty(dv, dtype=np.int64)
         tile32 = np.empty(dv, dtype=np.int32)
+        pt = np.zeros((nrp, bkp), dtype=np.float32)  # the tile's P8 of every row
+        tt = np.empty((nrp, dv), dtype=np.float32)  # their P8 v8
+        alphas = np.empty(nr, dtype=np.int64)
+        m_r = np.full(nr, np.int64(m_init), dtype=np.int64)
+        lsum_r = np.ones(nr, dtype=np.int64)
+        vmax_r = np.full(nr, np.int64(-(1 << 62)), dtype=np.int64)  # largest visible score
+        seen_r = np.zeros(nr, dtype=np.bool_)
         c_tiles = 0
         c_resc = 0
         c_ovf = 0
@@ -468,21 +492,29 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
         c_neg = 0
         c_minit = 0
         mb = bmap[b]
-        for ii in range(i0, i1):
-            i = r0 + ii
-            m = np.int64(m_init)
-            lsum = np.int64(1)
-            acc[:] = 0
-            lim = i + Lk - Lq
-            vmax = np.int64(-(1 << 62))  # the row's largest visible score (+ bias)
-            seen = False
-            for t in range(nk):
-                j0 = t * bk
-                nv = min(bk, Lk - j0)
+        for t in range(nk):  # every row of the task through tile t (each row's order as before)
+            j0 = t * bk
+            nv = min(bk, Lk - j0)
+            for r in range(nr):
+                ii = i0 + r
+                i = r0 + ii
+                m = m_r[r]
+                lim = i + Lk - Lq
                 for jj in range(nv):  # S = q8 k8^T (exact: d <= D_MAX)
                     s[jj] = np.int64(S[gi, ii, j0 + jj])
                 mx = m
-                for jj in range(bk):
+                dense = nv == bk and not has_bias and not (causal and j0 + bk - 1 > lim)
+                if dense:  # every key of the tile seen, no bias: no branch
+                    vmax = vmax_r[r]
+                    for jj in range(bk):
+                        w = _wrap32(s[jj])
+                        c_wrap += w != s[jj]
+                        vmax = max(vmax, w)
+                        s[jj] = w
+                        mx = max(mx, w)
+                    vmax_r[r] = vmax
+                    seen_r[r] = True
+                for jj in range(0 if dense else bk):
                     if jj < nv:
                         j = j0 + jj
                         if causal and j > lim:
@@ -496,26 +528,24 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
                         if w != raw:
                             c_wrap += 1
                         if bij > MASK_BIAS:  # a key the row sees
-                            seen = True
-                            if w > vmax:
-                                vmax = w
+                            seen_r[r] = True
+                            if w > vmax_r[r]:
+                                vmax_r[r] = w
                     else:
                         w = np.int64(MASK_BIAS)
                     s[jj] = w
                     if w > mx:
                         mx = w
                 rowsum = np.int64(0)
-                for jj in range(bk):
+                for jj in range(bk):  # no branch: LLVM vectorizes it
                     raw = s[jj] - mx
                     x = _wrap32(raw)
-                    if x != raw:
-                        c_wrap += 1
+                    c_wrap += x != raw
                     y, ovf, wr = _shexp(x, R, exp_M, division)
                     c_ovf += ovf
                     c_wrap += wr
                     pv, rw, wr = _requant(y, req_M)
-                    if pv < 0 and rw == 0:
-                        c_neg += 1
+                    c_neg += (pv < 0) & (rw == 0)
                     c_req += rw
                     c_wrap += wr
                     p8[jj] = pv
@@ -529,41 +559,50 @@ def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req
                 c_wrap += wr
                 if alpha < 0 and t > 0:
                     c_neg += 1
-                lr, wr = _release(lsum, alpha, l_M)
+                lr, wr = _release(lsum_r[r], alpha, l_M)
                 c_wrap += wr
                 raw = lr + rowsum
-                lsum = _wrap32(raw)
-                if lsum != raw:
+                lsum_r[r] = _wrap32(raw)
+                if lsum_r[r] != raw:
                     c_wrap += 1
-                tile[:] = 0
-                for js in range(0, nv, _TILE32_KEYS):  # int32 sums (exact), widened per run
-                    tile32[:] = 0
-                    for jj in range(js, min(nv, js + _TILE32_KEYS)):
-                        pj = np.int32(p8[jj])
-                        if pj != 0:
-                            for c in range(dv):
-                                tile32[c] += pj * v[b, j0 + jj, c]
-                    for c in range(dv):
-                        tile[c] += tile32[c]
-                for c in range(dv):
-                    ar, wr = _release(acc[c], alpha, acc_M)
-                    c_wrap += wr
-                    raw = ar + tile[c]
-                    a32 = _wrap32(raw)
-                    if a32 != raw:
-                        c_wrap += 1
-                    acc[c] = a32
+                if tiled:  # the tile's P8 v8 below, for every row at once
+                    for jj in range(nv):
+                        pt[r, jj] = np.float32(p8[jj])
+                    for jj in range(nv, bkp):
+                        pt[r, jj] = 0.0
+                    alphas[r] = alpha
+                else:
+                    tile[:] = 0
+                    for js in range(0, nv, _TILE32_KEYS):  # int32 sums (exact), widened per run
+                        tile32[:] = 0
+                        for jj in range(js, min(nv, js + _TILE32_KEYS)):
+                            pj = np.int32(p8[jj])
+                            if pj != 0:
+                                for c in range(dv):
+                                    tile32[c] += pj * np.int64(v[b, j0 + jj, c])
+                        for c in range(dv):
+                            tile[c] += tile32[c]
+                    c_wrap += _acc_update(acc, r, tile, alpha, acc_M)
                 c_tiles += 1
                 if t > 0 and mx != m:
                     c_resc += 1
-                m = mx
+                m_r[r] = mx
+            if tiled:
+                pv_tile(pt, v[b], tt, j0, nrp, bkp, dv)
+                for r in range(nr):
+                    for c in range(dv):
+                        tile[c] = np.int64(tt[r, c])
+                    c_wrap += _acc_update(acc, r, tile, alphas[r], acc_M)
+        for r in range(nr):
+            i = r0 + i0 + r
+            lsum = lsum_r[r]
             if lsum == 0:
                 c_zero += 1
-            if seen and vmax < m_init:  # every score below m_init: the row stays at 0
+            if seen_r[r] and vmax_r[r] < m_init:  # every score below m_init: the row stays 0
                 c_minit += 1
             fl = np.float32(lsum)
             for c in range(dv):
-                o = _f32_to_i32(np.float32(np.float32(acc[c]) / fl))
+                o = _f32_to_i32(np.float32(np.float32(acc[r, c]) / fl))
                 o8 = _wrap8(o)
                 if o8 != o:
                     c_out += 1
@@ -667,16 +706,21 @@ def _run_core(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k, bias_planes, bma
     """Validated arrays ``(B, L, d)`` -> (o8 (B, Lq, dv), counters (B, _NCOUNT)): the scores
     by the int8 plumbing's exact GEMM in row chunks, Algorithm 1 by the kernel."""
     B, Lq, _ = q8.shape
-    vi = np.ascontiguousarray(v8, dtype=np.int32)
+    Lk = k8.shape[1]
+    # v's codes (exact in float32) with zero keys up to whole tiles and a pv_tile step
+    vi = np.zeros((v8.shape[0], -(-Lk // block_k) * block_k + RED, v8.shape[2]), np.float32)
+    vi[:, :Lk] = v8
     out = np.empty((B, Lq, v8.shape[2]), dtype=np.int8)
     counts = np.zeros((B, _NCOUNT), dtype=np.int64)
     bias_planes = kernel_array(bias_planes, np.int64)
     bmap = kernel_array(bmap, np.int64)
-    for g0, g1, r0, _, S in score_chunks(q8, k8):
-        kernel = for_size(_qflash_kernel, S.size)
-        cnt = kernel(S, vi, bias_planes, bmap, has_bias, causal, g0, r0, Lq, R,
-                             exp_M, req_M, l_M, acc_M, block_k, m_init, division, out)
-        counts[g0:g1] += cnt.reshape((g1 - g0, -1, _NCOUNT)).sum(axis=1)
+
+    def work(g0, r0, S):
+        return sized(_qflash_kernel, S.size)(S, vi, bias_planes, bmap, has_bias, causal, g0, r0,
+                                             Lq, R, exp_M, req_M, l_M, acc_M, block_k, m_init,
+                                             division, out)
+
+    score_chunks(q8, k8, work, counts)
     return out, counts
 
 

@@ -22,7 +22,7 @@ from .online import (
     run_engine,
     tile_stats,
 )
-from .problem import Problem, causal_visible, check_block
+from .problem import Problem, causal_visible, check_block, chunk_threads, run_chunks
 
 REFERENCE_CHUNK = 256  # query rows per float64 chunk
 
@@ -38,20 +38,23 @@ def reference_core(prob: Problem, chunk: int = REFERENCE_CHUNK) -> np.ndarray:
     v = prob.v.astype(np.float64, copy=False)
     B, Lq, Lk = prob.B, prob.Lq, prob.Lk
     out = np.empty((B, Lq, prob.dv), dtype=np.float64)
-    for b in range(B):
+    vis_all = causal_visible(Lq, Lk) if prob.causal else None
+
+    def entry(b):  # one (batch, head) entry; entries run in parallel on large calls
         mp = prob.mask[prob.mask_map[b]] if prob.mask is not None else None
         for r0 in range(0, Lq, chunk):
             r1 = min(Lq, r0 + chunk)
             s = (q[b, r0:r1] @ k[b].T) * prob.scale
             if mp is not None:
                 s = s + mp[r0:r1].astype(np.float64)
-            if prob.causal:
-                vis = causal_visible(Lq, Lk)[r0:r1]
-                s = np.where(vis, s, -np.inf)
+            if vis_all is not None:
+                s = np.where(vis_all[r0:r1], s, -np.inf)
             mx = s.max(axis=1, initial=-np.inf, keepdims=True)
             with np.errstate(invalid="ignore"):
                 e = np.exp(s - mx)
                 out[b, r0:r1] = (e @ v[b]) / e.sum(axis=1, keepdims=True)
+
+    run_chunks([(b,) for b in range(B)], entry, None, chunk_threads(B * Lq * Lk))
     return out
 
 
