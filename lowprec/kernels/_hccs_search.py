@@ -118,10 +118,12 @@ def code_softmax(x8: np.ndarray, vis: np.ndarray, s_x: float):
     vals = np.arange(-X8_MAX, X8_MAX + 1, dtype=np.float64) * s_x  # fl64(code * s_x)
     mcode = np.empty(R, dtype=np.int64)
     _max_codes(x8, vis, mcode)
-    etab = np.exp(vals[None, :] - vals[mcode + X8_MAX][:, None])
+    with np.errstate(over="ignore", invalid="ignore"):  # codes above a row's max (unused)
+        etab = np.exp(vals[None, :] - vals[mcode + X8_MAX][:, None])
     E = np.empty((R, n), dtype=np.float64)
     _gather_codes(x8, vis, etab, E)
-    q = etab / E.sum(axis=1)[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = etab / E.sum(axis=1)[:, None]
     ent = np.empty_like(q)
     _q_log_q(q, ent)
     return q, ent

@@ -202,8 +202,8 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out, merged):
     softmax rounded to float32; masked keys give 0, rows without a visible key NaN.  Rows run
     in parallel; with quantisation the exponential of each level is computed once per row (the
     same float64 values, summed in key order).  ``merged[r]``: keys of row r more than
-    :data:`MERGE_NATS` below the max quantised to within ``MERGE_NATS / 2`` of it.  Rows with every key visible
-    and finite scores take a branch-free path, :data:`EXAQ_GROUP` at a time so that their
+    :data:`MERGE_NATS` below the max quantised to within ``MERGE_NATS / 2`` of it.  Rows
+    with every key visible and finite scores take a branch-free path, :data:`EXAQ_GROUP` at a time so that their
     key-order sums (a chain of dependent additions each) interleave."""
     N, L = x.shape
     nl = int(nlev)
@@ -427,7 +427,7 @@ def _softmax_exaq(scores, axis, return_stats, **opts):
 register(Scheme(
     "exaq",
     "EXAQ: 2/3/4-bit clipped quantisation of the max-centred scores (C = a sigma + b)",
-    _exaq, options=("bits", "scale_scope"), stats=IntAttentionStats, order=75,
+    _exaq, options=("bits", "scale_scope"), stats=IntAttentionStats, order=75, error_bound=0.3,
     mask_floor=MASK_FLOOR,
 ))
 register(Scheme("exaq", "EXAQ clipped low-bit exponent quantisation softmax (bits 2/3/4)",
