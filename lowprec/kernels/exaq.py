@@ -203,8 +203,8 @@ def _exaq_rows(x, lim, vis, has_vis, lo, delta, nlev, out, merged):
     in parallel; with quantisation the exponential of each level is computed once per row (the
     same float64 values, summed in key order).  ``merged[r]``: keys of row r more than
     :data:`MERGE_NATS` below the max quantised to within ``MERGE_NATS / 2`` of it.  Rows
-    with every key visible and finite scores take a branch-free path, :data:`EXAQ_GROUP` at a time so that their
-    key-order sums (a chain of dependent additions each) interleave."""
+    with every key visible and finite scores take a branch-free path, :data:`EXAQ_GROUP` at a
+    time so that their key-order sums (a chain of dependent additions each) interleave."""
     N, L = x.shape
     nl = int(nlev)
     G = EXAQ_GROUP
