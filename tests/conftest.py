@@ -124,3 +124,21 @@ def normal_qkv(rng, B, Lq, Lk, d, dv=None, amp=1.0):
     k = (rng.standard_normal((B, Lk, d)) * amp).astype(np.float32)
     v = rng.standard_normal((B, Lk, dv)).astype(np.float32)
     return q, k, v
+
+
+def gpu_engine():
+    """``(engine module, interpreted, device)`` for the tests of the Triton attention engine:
+    on a machine without CUDA the engine runs in Triton's interpreter (``TRITON_INTERPRET=1``
+    is set above, before any import) on CPU tensors; skips the calling module when triton is
+    missing or the engine was built compiled without a GPU (imported before the variable)."""
+    import pytest
+    import triton
+
+    from lowprec.gpu import engine
+
+    interpreted = not isinstance(engine._engine, triton.runtime.jit.JITFunction)
+    if not HAS_CUDA and not interpreted:
+        pytest.skip("lowprec.gpu.engine was imported before TRITON_INTERPRET=1 was set and "
+                    "there is no GPU: run this module in a fresh process",
+                    allow_module_level=True)
+    return engine, interpreted, "cpu" if interpreted else "cuda"

@@ -12,30 +12,22 @@ what only a real device shows (the returned device, no CPU fallback warning).
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-_CUDA = torch.cuda.is_available()
-if not _CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before lowprec.gpu.engine is imported
-triton = pytest.importorskip("triton")
+pytest.importorskip("triton")
 
 import torch.nn.functional as F  # noqa: E402
+from conftest import gpu_engine  # noqa: E402
 
 import lowprec as lp  # noqa: E402
-from lowprec.gpu import engine as ge  # noqa: E402
 from lowprec.kernels import baps  # noqa: E402
 from lowprec.kernels.device import attention_device, force_engine  # noqa: E402
 
-INTERPRETED = not isinstance(ge._engine, triton.runtime.jit.JITFunction)
-if not _CUDA and not INTERPRETED:
-    pytest.skip("lowprec.gpu.engine was imported before TRITON_INTERPRET=1 was set and there is "
-                "no GPU: run this module in a fresh process", allow_module_level=True)
-DEVICE = "cpu" if INTERPRETED else "cuda"
+ge, INTERPRETED, DEVICE = gpu_engine()  # Triton interpreter without CUDA
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
 CONFIGS = list(baps.CONFIGS)
 _DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,

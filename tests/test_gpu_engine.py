@@ -7,11 +7,10 @@ outputs (as uint32 bits, NaN by class), per-tile flags and restarted-row counts.
 tests run on ``cuda``.  The kernels are also compiled ahead of time for sm_90 and their PTX is
 scanned (tests/gpu_engine_ptx.py, in a subprocess).
 
-Interpreter set-up, chosen so this module works alone: ``TRITON_INTERPRET=1`` must be set
-before the engine module decorates its kernels, so when no GPU is present it is set here (if
-unset) before the import; if the engine was already imported without it (and there is no GPU)
-the module is skipped with the reason.  Setting the variable in a GPU-less process is what
-``tests/conftest.py`` will do for every GPU test anyway (specs/gpu.md section 4).
+Interpreter set-up: ``TRITON_INTERPRET=1`` must be set before the engine module decorates its
+kernels; ``tests/conftest.py`` sets it on a machine without CUDA before any test module is
+imported, and its ``gpu_engine()`` skips a module that finds the engine built compiled
+without a GPU (specs/gpu.md section 4).
 
 The interpreter's ``tl.dot`` is NumPy's matmul (BLAS order); the fixture below replaces it by
 the sequential order ``acc = fl(acc + fl(a_k b_k))``, k ascending, which is what the GPU's
@@ -31,21 +30,15 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-_CUDA = torch.cuda.is_available()
-if not _CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before lowprec.gpu.engine is imported
-triton = pytest.importorskip("triton")
+pytest.importorskip("triton")
+
+from conftest import gpu_engine  # noqa: E402
 
 import lowprec as lp  # noqa: E402
-from lowprec.gpu import engine as ge  # noqa: E402
 from lowprec.kernels import baps, online  # noqa: E402
 from lowprec.kernels.tiling import prepare  # noqa: E402
 
-INTERPRETED = not isinstance(ge._engine, triton.runtime.jit.JITFunction)
-if not _CUDA and not INTERPRETED:
-    pytest.skip("lowprec.gpu.engine was imported before TRITON_INTERPRET=1 was set and there is "
-                "no GPU: run this module in a fresh process", allow_module_level=True)
-DEVICE = "cpu" if INTERPRETED else "cuda"
+ge, INTERPRETED, DEVICE = gpu_engine()  # Triton interpreter without CUDA
 # NaN/Inf arithmetic is part of the cases (dead rows, overflowing scores): NumPy's warnings
 # from inside the interpreter are expected
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")

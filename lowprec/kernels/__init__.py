@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ._check import check_bool
-from .problem import check_options, finish, one_blas_thread, prepare
+from .problem import check_options, finish, floor_rows, one_blas_thread, prepare
 
 #: the modules that define schemes, one line each (imported on first use of the registry)
 SCHEME_MODULES = (
@@ -360,17 +360,10 @@ def _floor_scores(scores, floor: float, axis: int = -1):
     arr, was_torch = to_numpy(scores, "scores")
     if arr.dtype.kind != "f" or arr.dtype.itemsize < 2 or arr.size == 0:
         return scores  # bfloat16 and non-float inputs: the surrogate validates them
-    low = (arr <= floor) & np.isfinite(arr)
-    if not low.any():
+    if not ((arr <= floor) & np.isfinite(arr)).any():
         return scores
-    with np.errstate(invalid="ignore"):
-        top = np.max(np.where(np.isnan(arr), -np.inf, arr), axis=axis, keepdims=True)
-    sunk = (top <= floor) & np.isfinite(top)
-    if sunk.any():
-        with np.errstate(invalid="ignore"):  # -inf - -inf in rows left as they are
-            arr = np.where(sunk, (arr.astype(np.float64) - top).astype(arr.dtype), arr)
-        low = (arr <= floor) & np.isfinite(arr)
-    out = np.where(low, -np.inf, arr).astype(arr.dtype)
+    top = np.max(np.where(np.isnan(arr), -np.inf, arr), axis=axis, keepdims=True)
+    out, _ = floor_rows(arr, top, floor)
     if was_torch:
         import torch
 

@@ -139,20 +139,10 @@ class Problem:
         mask = self.mask
         if mask is None or mask.size == 0:
             return self, 0
-        f = np.float32(floor)
         vis = mask if not self.causal else \
             np.where(causal_visible(self.Lq, self.Lk)[None], mask, np.float32(-np.inf))
-        top = vis.max(axis=2, keepdims=True)
-        sunk = (top <= f) & (top != -np.inf)
-        if sunk.any():
-            with np.errstate(invalid="ignore"):  # -inf - -inf in rows left as they are
-                mask = np.where(sunk, (mask.astype(np.float64) - top).astype(np.float32), mask)
-        low = (mask <= f) & (mask != -np.inf)
-        n = int(np.count_nonzero(low))
-        if not n:
-            return (self, 0) if mask is self.mask else (replace(self, mask=mask), 0)
-        mask = np.where(low, np.float32(-np.inf), mask).astype(np.float32)
-        return replace(self, mask=mask), n
+        out, n = floor_rows(mask, vis.max(axis=2, keepdims=True), floor)
+        return (self, 0) if out is mask else (replace(self, mask=out), n)
 
     def taking_part(self) -> tuple[np.ndarray, np.ndarray]:
         """``(rows (B, Lq), keys (B, Lk))`` boolean: the query rows and keys that take part in
@@ -509,6 +499,25 @@ def logit_noise(prob: Problem, model: str | None, parts=None) -> np.ndarray | No
         return np.sqrt(var) * abs(prob.scale)
 
 
+def floor_rows(a: np.ndarray, top: np.ndarray, floor: float) -> tuple[np.ndarray, int]:
+    """``(a', n)``: the floor of :attr:`Scheme.mask_floor <lowprec.kernels.Scheme>` applied to
+    the rows of ``a`` (the last axis or the one ``top`` was reduced over): a row whose largest
+    value ``top`` (keepdims) is finite and at or below ``floor`` is first shifted by it (exact
+    for a softmax), then every finite value at or below ``floor`` becomes ``-inf``; ``n``
+    counts those.  ``a`` itself when nothing changes.  Used for attention masks
+    (:meth:`Problem.floored`) and softmax scores alike."""
+    f = a.dtype.type(floor)
+    sunk = (top <= f) & np.isfinite(top)
+    if sunk.any():
+        with np.errstate(invalid="ignore"):  # -inf - -inf in rows left as they are
+            a = np.where(sunk, (a.astype(np.float64) - top).astype(a.dtype), a)
+    low = (a <= f) & np.isfinite(a)
+    n = int(np.count_nonzero(low))
+    if n:
+        a = np.where(low, a.dtype.type(-np.inf), a).astype(a.dtype)
+    return a, n
+
+
 def flat_lead(a: np.ndarray, lead: tuple, L: int, D: int, dtype=None) -> np.ndarray:
     """``a`` broadcast to ``lead + (L, D)`` as a C-contiguous ``(prod(lead), L, D)`` array of
     ``dtype`` (default: a's); every size may be 0 (the sizes are explicit, never ``-1``)."""
@@ -767,5 +776,5 @@ __all__ = ["Problem", "RowMask", "prepare", "check_shapes", "plane_map", "finish
            "row_chunks", "each_chunk", "run_chunks", "chunk_threads", "sized", "scratch",
            "mask_planes", "flat_lead", "rows2d",
            "check_options", "softmax_rows", "int8_input", "core_lead", "INT8_D_MAX", "LOG2E",
-           "MASK_FLOOR", "logit_noise", "NOISE_NATS", "NOISE_MODELS", "SCALE_SCOPES",
+           "MASK_FLOOR", "floor_rows", "logit_noise", "NOISE_NATS", "NOISE_MODELS", "SCALE_SCOPES",
            "is_torch"]
