@@ -8,7 +8,9 @@ import sys
 
 import ml_dtypes
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from ._jit import jit
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16)
@@ -134,13 +136,13 @@ def codes_array(codes, what="codes") -> tuple[np.ndarray, bool]:
     return arr, was_torch
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _lookup_serial(codes, table, out):
     for i in range(codes.shape[0]):
         out[i] = table[codes[i]]
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@jit(parallel=True)
 def _lookup_parallel(codes, table, out):
     for i in prange(codes.shape[0]):
         out[i] = table[codes[i]]
@@ -151,8 +153,3 @@ def lookup(codes: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
     c = np.ascontiguousarray(codes).reshape(-1).view(np.uint8)
     o = out.reshape(-1)
     (_lookup_parallel if c.shape[0] >= PARALLEL_MIN else _lookup_serial)(c, table, o)
-
-
-from ._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

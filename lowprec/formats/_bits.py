@@ -6,6 +6,8 @@ from __future__ import annotations
 from numba import types
 from numba.extending import intrinsic
 
+from ._jit import stable_uuid
+
 # float32 bit fields (IEEE 754 binary32: 1 sign, 8 exponent, 23 fraction bits)
 F32_SIGN = 0x80000000  # the sign bit
 F32_ABS = 0x7FFFFFFF  # everything but the sign: |x| as bits
@@ -34,9 +36,9 @@ def _bitcast(src, dst):
 
 
 # Reinterpret a scalar's bits as another type of the same width (inside Numba code only).
-f32_as_u32 = intrinsic(_bitcast(types.float32, types.uint32))
-u32_as_f32 = intrinsic(_bitcast(types.uint32, types.float32))
-f64_as_u64 = intrinsic(_bitcast(types.float64, types.uint64))
+f32_as_u32 = stable_uuid(intrinsic(_bitcast(types.float32, types.uint32)), f"{__name__}.f32_as_u32")
+u32_as_f32 = stable_uuid(intrinsic(_bitcast(types.uint32, types.float32)), f"{__name__}.u32_as_f32")
+f64_as_u64 = stable_uuid(intrinsic(_bitcast(types.float64, types.uint64)), f"{__name__}.f64_as_u64")
 
 
 def _shift32(op):
@@ -55,11 +57,5 @@ def _shift32(op):
 
 # 32-bit shifts that stay 32-bit (Numba widens `>>` and `<<` to 64 bits, which halves the
 # vector width).  The shift count must be < 32 (LLVM semantics); callers guarantee it.
-shr32 = intrinsic(_shift32("lshr"))
-shl32 = intrinsic(_shift32("shl"))
-
-
-
-from ._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)
+shr32 = stable_uuid(intrinsic(_shift32("lshr")), f"{__name__}.shr32")
+shl32 = stable_uuid(intrinsic(_shift32("shl")), f"{__name__}.shl32")

@@ -26,20 +26,13 @@ def stable_uuid(obj, name: str):
     return obj
 
 
-def stabilize_module(namespace: dict, module: str) -> None:
-    """Apply :func:`stable_uuid` to every Numba object defined at module level."""
-    for key, value in list(namespace.items()):
-        if hasattr(value, "_set_uuid") and getattr(value, "__module__", module) == module:
-            stable_uuid(value, f"{module}.{key}")
-
-
 def jit(fn=None, *, parallel: bool = False, inline: str = "never", fastmath=False):
     """The project's Numba decorator: ``@njit(cache=True, nogil=True, ...)`` plus a fixed UUID.
 
     Every compiled function of lowprec is cached on disk and releases the GIL; the dispatcher
     gets the UUID ``"lowprec:<module>.<name>"`` (:func:`stable_uuid`), which keeps cache keys of
-    the closure-built kernels that call it reproducible (the module docstring says why).  This
-    replaces the ``stabilize_module(globals(), __name__)`` footer of the kernel modules.
+    the closure-built kernels that call it reproducible (the module docstring says why).  Numba
+    objects made otherwise (intrinsics, closures) call :func:`stable_uuid` themselves.
 
     Args:
         fn: the function (``@jit``) or None (``@jit(parallel=True)``).

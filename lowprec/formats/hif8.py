@@ -36,9 +36,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from ._bits import shl32, shr32
+from ._jit import jit
 from .core import Format, FormatInfo, Rounding, _register
 from .minifloat import FloatSpec
 
@@ -115,7 +115,7 @@ def _decode_code(c: int) -> float:
     return s * 2.0**e * (1 + mant / (1 << w))
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _code_of_bits32(r):
     """Positive HiF8 code of a float32 magnitude on the HiF8 grid, from its bits ``r`` (uint32),
     in branch-free 32-bit arithmetic for the vectorized encoders.
@@ -171,12 +171,6 @@ HIF8_INFO = FormatInfo(
     nan_codes=(HIF8_NAN,), inf_codes=(HIF8_INF, HIF8_INF | 0x80), nan_code=HIF8_NAN,
     max_code=HIF8_MAX_CODE, default_rounding=Rounding.NEAREST_AWAY,
     doc="HiFloat8: tapered precision (3/2/1 mantissa bits), exponents -22..15 (formats.md 1)",
-    extra={"overflow_threshold": 40960.0},
 )
 
 _register(Format(HIF8_INFO, HIF8_VALUES))
-
-
-from ._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

@@ -72,9 +72,10 @@ import math
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from . import _arrays as A
+from ._jit import jit
 from .core import (
     Format,
     FormatInfo,
@@ -112,7 +113,7 @@ PARALLEL_MIN = A.PARALLEL_MIN
 # loaded per element, or a run-time rounding mode, made the loop 4-5x slower).
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _quantize_one(v, s, z, qmin, qmax, mode, seed, idx, sr_bits):
     """Clamped code (as float64; NaN for NaN input) of one element."""
     y = np.float64(v) / s
@@ -124,7 +125,7 @@ def _quantize_one(v, s, z, qmin, qmax, mode, seed, idx, sr_bits):
     return q
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _segment(xs, os, s, z, qmin, qmax, mode, seed, k0, sr_bits, want_value):
     """One run of elements sharing scale ``s`` and zero point ``z``; ``xs``/``os`` are slices
     starting at flat index ``k0``.  Returns the number of NaNs met while encoding."""
@@ -140,7 +141,7 @@ def _segment(xs, os, s, z, qmin, qmax, mode, seed, k0, sr_bits, want_value):
     return nan
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
           sr_bits, offset, want_value):
     """Encode (``want_value`` False: codes into uint8 ``out``) or fake-quantize (float32 ``out``)
@@ -170,7 +171,7 @@ def _rows(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, 
 # Splitting off SR lets LLVM drop the random-bit path from the deterministic loops.
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _encode_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
                   seed, sr_bits, offset=0):
     if mode == SR:
@@ -180,7 +181,7 @@ def _encode_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin
                  seed, sr_bits, offset, False)
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _quantize_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qmin, qmax, mode,
                     seed, sr_bits, offset=0):
     if mode == SR:
@@ -190,21 +191,21 @@ def _quantize_chunk(x, scale, zp, out, start, stop, L, Q, bm, sm, so, bi, si, qm
                  seed, sr_bits, offset, True)
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _encode_serial(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
                    sr_bits, offset=0):
     return _encode_chunk(x, scale, zp, out, 0, x.shape[0], L, Q, bm, sm, so, bi, si, qmin, qmax,
                          mode, seed, sr_bits, offset)
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _quantize_serial(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
                      sr_bits, offset=0):
     return _quantize_chunk(x, scale, zp, out, 0, x.shape[0], L, Q, bm, sm, so, bi, si, qmin,
                            qmax, mode, seed, sr_bits, offset)
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@jit(parallel=True)
 def _encode_parallel(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
                      sr_bits, offset=0):
     n = x.shape[0]
@@ -216,7 +217,7 @@ def _encode_parallel(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mo
     return nans.sum()
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@jit(parallel=True)
 def _quantize_parallel(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, mode, seed,
                        sr_bits, offset=0):
     n = x.shape[0]
@@ -227,7 +228,7 @@ def _quantize_parallel(x, scale, zp, out, L, Q, bm, sm, so, bi, si, qmin, qmax, 
     return 0
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _minmax(x, lo, hi, L, Q, bm, sm, so, bi, si):
     """``lo[j]``/``hi[j]`` = min/max of the finite elements of scale group ``j``, updated in
     place (start them at +Inf/-Inf).  Same layout and segments as :func:`_rows`."""

@@ -31,7 +31,7 @@ from numba import njit, prange
 
 from ._arrays import PARALLEL_MIN
 from ._bits import f32_as_u32, shl32, shr32, u32_as_f32
-from ._jit import stable_uuid
+from ._jit import jit, stable_uuid
 from .core import Format, FormatInfo, Rounding, _register
 from .rounding import HYBRID, RDOWN, RNA, RUP, RZ, SR, round_up, sr_draw, sr_round_up
 
@@ -42,7 +42,7 @@ SIGN = 0x80
 
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _no_code_fn(e):
     return np.uint32(0)
 
@@ -552,8 +552,3 @@ SPECS = {"e4m3": E4M3_SPEC, "e5m2": E5M2_SPEC}
 
 _register(Format(E4M3_INFO, E4M3_VALUES))
 _register(Format(E5M2_INFO, E5M2_VALUES))
-
-
-from ._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

@@ -39,6 +39,7 @@ from numba import njit
 
 from . import _arrays as A
 from ._bits import f64_as_u64
+from ._jit import jit
 from .core import Format, FormatInfo, QuantizedArray, Rounding, _register, parse_rounding
 from .minifloat import (
     E4M3_INFO,
@@ -66,7 +67,7 @@ _ELEM = {
 }
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _floor_log2(a):
     """Exact ``(floor(log2(a)), f)`` of a finite float64 ``a > 0`` (subnormals included), with
     ``a = (1 + f / 2**52) * 2**floor(log2(a))``: ``f`` is the 52-bit fraction, normalised."""
@@ -74,7 +75,7 @@ def _floor_log2(a):
     return np.int64(e) - 1, np.int64((m * 2.0 - 1.0) * 4503599627370496.0)  # * 2**52: exact
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def _shared_exp(amax, mode, emax_elem, mbits, maxfrac):
     """Unclamped shared exponent of a block (see the module docstring); amax > 0 finite.
 
@@ -169,7 +170,7 @@ def _block_kernel(fmt_name: str, mode: int):
     return _BLOCK_KERNELS[key]
 
 
-@njit(cache=True, nogil=True)
+@jit
 def _decode_blocks(codes, scales, k, table, out):
     rows, n = codes.shape
     for r in range(rows):
@@ -358,8 +359,3 @@ for _name in _ELEM:
     _register(Format(_info(_name), _ELEM[_name][2]))
 
 __all__ = ["encode", "decode", "quantize", "SCALE_MODES", "BLOCK_SIZE_DEFAULT"]
-
-
-from ._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)

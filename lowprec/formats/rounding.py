@@ -18,7 +18,8 @@ fraction truncated to ``k`` bits is the probability of rounding up (exactly unbi
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ._jit import jit
 
 # Mode codes (same numbers as lowprec.Rounding)
 RNE = 0
@@ -36,7 +37,7 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def sr_hash(seed, i):
     """SplitMix64 finaliser of ``seed`` and counter ``i`` (both uint64): 64 random bits."""
     z = np.uint64(seed) + (np.uint64(i) + np.uint64(1)) * _GOLDEN
@@ -45,13 +46,13 @@ def sr_hash(seed, i):
     return z ^ (z >> np.uint64(31))
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def sr_draw(seed, i, sr_bits):
     """``sr_bits`` uniform random bits (as int64) for element ``i``: the top bits of the hash."""
     return np.int64(sr_hash(seed, i) >> np.uint64(64 - sr_bits))
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def round_up(mode, rem, half, odd, neg, sr_up):
     """True if a magnitude whose discarded bits are ``rem`` rounds up by one quantum.
 
@@ -82,7 +83,7 @@ def round_up(mode, rem, half, odd, neg, sr_up):
         return sr_up
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def sr_round_up(rem, s, rnd, sr_bits):
     """Stochastic decision: ``floor(rem * 2**k / 2**s) + rnd >= 2**k`` with ``k = sr_bits``.
 
@@ -144,7 +145,7 @@ def check_offset(offset) -> int:
     return o - 2**64 if o >= 2**63 else o
 
 
-@njit(inline="always", cache=True)
+@jit(inline="always")
 def round_to_int(y, mode, seed, idx, sr_bits):
     """Round a finite float64 ``y`` to an integer (returned as float64) under ``mode``.
 
@@ -174,8 +175,3 @@ def round_to_int(y, mode, seed, idx, sr_bits):
     up = round_up(mode, rem, half, (n & 1) == 1, neg, sr_up)
     r = np.float64(n + (1 if up else 0))
     return -r if neg else r
-
-
-from ._jit import stabilize_module  # noqa: E402
-
-stabilize_module(globals(), __name__)
