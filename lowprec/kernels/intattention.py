@@ -806,19 +806,21 @@ register(Scheme(
     options=("bits", "c", "index_rounding", "granularity", "block", "deploy", "neon_tail",
              "p_format", "scale_scope"),
     stats=IntAttentionStats, order=50, error_bound=0.2, mask_floor=MASK_FLOOR, noise=_noise_model,
+    device="intattention_device:intattention",
 ))
 register(Scheme(
     "quant_only",
     "IntAttention baseline: int8 q/k/v, float32 softmax, P = RNE(127 p) as int8",
     _quant_only, options=("granularity", "block", "scale_scope"), stats=IntAttentionStats,
     order=60, error_bound=0.2,
-    mask_floor=MASK_FLOOR, noise=_noise_model,
+    mask_floor=MASK_FLOOR, noise=_noise_model, device="intattention_device:quant_only",
 ))
 register(Scheme(
     "index_softmax_only",
     "IntAttention baseline: float32 scores with the IndexSoftmax LUT softmax",
     _index_softmax_only, options=("bits", "c", "index_rounding"), stats=IntAttentionStats,
     order=70, error_bound=0.12, mask_floor=MASK_FLOOR,
+    device="intattention_device:index_softmax_only",
 ))
 register(Scheme("index_softmax", "IndexSoftmax LUT softmax on float scores (b=5, c=6.6)",
                 _softmax_index, options=("bits", "c", "index_rounding"), kind="softmax",
