@@ -4,7 +4,9 @@ row-wise schemes through their device functions (:mod:`lowprec.kernels.device_ro
 
 :func:`lowprec.attention` calls :func:`attention_device` when q is a torch tensor on a non-CPU
 device and the scheme has an ``engine`` setup or a ``device`` function
-(:class:`lowprec.kernels.Scheme`); so does ``lp.emulate`` for a model on the GPU.  The call keeps the CPU path's contract, step by step:
+(:class:`lowprec.kernels.Scheme`); so does ``lp.emulate`` for a model on the GPU.  The call
+keeps the CPU path's contract, step by step (for the engine schemes; the row-wise ones:
+:func:`_attention_rows`, the same contract with a few read-backs of their own):
 
 * validation: the same checks and messages (:func:`~lowprec.kernels.problem.check_shapes`
   and :func:`~lowprec.kernels.problem.plane_map` on the tensors' shapes, the dtype rules of
@@ -386,7 +388,6 @@ def _noise_int8(dp, model: str, parts):
     from .device_rows import row_amax
 
     B, Lq, d = dp.q.shape
-    Lk = dp.Lk
     q = dp.q.double()
     ksq = dp.k.double() ** 2  # (Bk, Lk, d)
     ak = row_amax(dp.k)[dp.kv]  # (B, Lk)

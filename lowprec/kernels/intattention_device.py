@@ -306,7 +306,7 @@ def index_softmax_rows(x, visible, lut_t, nb: int, cf32, mode: int):
     dd = torch.minimum(m[:, None] - x, cf32)
     q = (dd * float(nb)) / cf32
     idx = q.to(torch.int64) if mode == _MODE_FLOOR else q.round().to(torch.int64)
-    idx = torch.where(use, torch.clamp(idx, max=nb), 0)
+    idx = torch.where(use, torch.clamp(idx, 0, nb), 0)  # (NaN rows: replaced below)
     z = torch.where(use, lut_t[idx], 0).sum(dim=1)
     ptab = lut_t.to(torch.float32)[None, :] / z.to(torch.float32)[:, None]
     P = torch.where(use, torch.gather(ptab, 1, idx), 0.0)
