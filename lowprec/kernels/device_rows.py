@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ._int8 import FINITE_WHY, INT8_QMAX, ROUND_LIMIT
-from .problem import CHUNK_ELEMS, row_chunks
+from .problem import CHUNK_ELEMS, ProblemShape, row_chunks
 
 F32_TINY = 2.0**-149  # the integer codec's lower clamp of computed scales
 F32_MAX = float(np.finfo(np.float32).max)
@@ -71,7 +71,7 @@ class DeviceRows:
 
 
 @dataclass
-class DeviceProblem:
+class DeviceProblem(ProblemShape):
     """An attention call on a device (the twin of :class:`~.problem.Problem`).
 
     Attributes:
@@ -92,31 +92,6 @@ class DeviceProblem:
     mask_map: Any
     lead: tuple
     in_dtype: Any
-
-    @property
-    def B(self) -> int:
-        """Batch entries (every leading dim flattened)."""
-        return self.q.shape[0]
-
-    @property
-    def Lq(self) -> int:
-        """Query length."""
-        return self.q.shape[1]
-
-    @property
-    def Lk(self) -> int:
-        """Key length."""
-        return self.k.shape[1]
-
-    @property
-    def d(self) -> int:
-        """Head dim of q and k."""
-        return self.q.shape[2]
-
-    @property
-    def dv(self) -> int:
-        """Head dim of v."""
-        return self.v.shape[2]
 
     @property
     def device(self):

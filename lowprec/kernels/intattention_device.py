@@ -34,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..stats import IntAttentionStats
-from ._check import check_bool, check_choice
-from ._int8 import INT8_QMAX, check_positive_scale, unnormalized
+from ._check import check_choice
+from ._int8 import INT8_QMAX, unnormalized
 from ._intattention_rows import (
     _I_EMPTY,
     _I_PSUM,
@@ -51,12 +51,10 @@ from ._intattention_rows import (
 from .device_rows import DeviceProblem, chunks, none_visible, out_rows, quantize_problem
 from .intattention import (
     BITS_DEFAULT,
-    BITS_MAX,
     BLOCK_DEFAULT,
     C_DEFAULT,
     LOGIT_LIMIT,
     NEON_LANES,
-    P_FORMATS,
     P_SCALES,
     _check_bits,
     _check_c,
@@ -67,6 +65,7 @@ from .intattention import (
     _index_mode,
     clip_threshold,
     index_lut,
+    intattention_options,
 )
 from .problem import SCALE_SCOPES
 
@@ -160,23 +159,12 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
     checks, messages and statistics)."""
     import torch
 
-    dep = check_bool(deploy, "deploy")
-    b = _check_bits(bits, 1, 5 if dep else BITS_MAX)
-    cf = _check_c(c)
-    mode = _index_mode(index_rounding)
-    gran, blk = _check_granularity(granularity, block, dp.Lq)
-    pf = check_choice(p_format, "p_format", P_FORMATS)
-    tail = check_bool(neon_tail, "neon_tail")
-    if dep and pf != "uint8":
-        raise ValueError("deploy=True models the UINT8 kernel: p_format must be 'uint8'")
-    if tail and not dep:
-        raise ValueError("neon_tail=True needs deploy=True (it models the NEON kernel's tail)")
+    dep, b, cf, mode, gran, blk, pf, tail, scope = intattention_options(
+        dp, bits, c, index_rounding, granularity, block, deploy, neon_tail, p_format,
+        scale_scope)
     B, Lq, Lk = dp.B, dp.Lq, dp.Lk
     dev = dp.device
-    _check_depth(dp.d)
-    check_positive_scale(dp.scale, "intattention", "c_int = c / alpha")
-    qz = quantize_problem(dp, gran, blk, check_choice(scale_scope, "scale_scope",
-                                                      SCALE_SCOPES))
+    qz = quantize_problem(dp, gran, blk, scope)
     alpha_row = qz.sq_row.double() * qz.sk.double()[:, None] * dp.scale
     alpha_h = alpha_row.cpu().numpy()
     cint_h = clip_threshold(alpha_h, cf, deploy=dep) if alpha_h.size else \
