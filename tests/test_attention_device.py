@@ -309,9 +309,9 @@ def test_emulate_device_path(scheme, opts):
 
 
 def test_emulate_other_schemes_keep_the_cpu_path():
-    """A scheme without a GPU engine is not routed to the device path."""
+    """A scheme without a device path is not routed to it."""
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=16, Lk=16, seed=14)
-    with torch.no_grad(), force_engine(), lp.emulate("intattention") as run:
+    with torch.no_grad(), force_engine(), lp.emulate("qflash") as run:
         out = F.scaled_dot_product_attention(q, k, v)
     assert out.device.type == "cpu" and run.stats.calls[0].stats is not None
 
@@ -322,19 +322,19 @@ def test_emulate_other_schemes_keep_the_cpu_path():
 
 @pytest.mark.gpu
 def test_cuda_dispatch_and_fallback():
-    """On CUDA: lp.attention returns a CUDA tensor for flash/baps; other schemes keep
-    rejecting CUDA tensors; lp.emulate warns for them and not for flash/baps."""
+    """On CUDA: lp.attention returns a CUDA tensor for flash/baps; schemes without a device
+    path keep rejecting CUDA tensors; lp.emulate warns for them and not for flash/baps."""
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=64, Lk=64, kind="bf16", seed=15)
     qc, kc, vc = (t.cuda() for t in (q, k, v))
     out = lp.attention(qc, kc, vc, "baps", causal=True)
     assert out.device.type == "cuda" and out.dtype == torch.bfloat16
     with pytest.raises(ValueError, match="CPU"):
-        lp.attention(qc, kc, vc, "intattention")
+        lp.attention(qc, kc, vc, "qflash")
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*moved to the CPU")
         with torch.no_grad(), lp.emulate("hif8"):
             F.scaled_dot_product_attention(qc, kc, vc)
     with pytest.warns(UserWarning, match="moved to the CPU"):
-        with torch.no_grad(), lp.emulate("intattention"):
+        with torch.no_grad(), lp.emulate("qflash"):
             res = F.scaled_dot_product_attention(qc, kc, vc)
     assert res.device.type == "cuda"

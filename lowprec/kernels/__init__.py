@@ -71,6 +71,12 @@ class Scheme:
             round_inputs_bf16)``, the options validated and turned into the engine's
             arguments; :func:`attention` runs such a scheme on a CUDA tensor's own device
             through the GPU engine (:mod:`lowprec.kernels.device`).  None: CPU only.
+        device: for the row-wise schemes with a device implementation: ``"module:function"``
+            of it (module relative to ``lowprec.kernels``, imported on first use), called as
+            ``function(dprob, return_stats, **options) -> (out, stats)`` with a
+            :class:`~lowprec.kernels.device_rows.DeviceProblem`, the twin of ``run``;
+            :func:`attention` runs such a scheme on a CUDA tensor's own device
+            (:mod:`lowprec.kernels.device`).  None (and no ``engine``): CPU only.
     """
 
     name: str
@@ -87,6 +93,7 @@ class Scheme:
     noise: Callable[[dict], str | None] | None = None
     error_bound: float | None = None
     engine: Callable[..., Any] | None = None
+    device: str | None = None
 
 
 _REGISTRY: dict[tuple[str, str], Scheme] = {}
@@ -156,9 +163,11 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
         q, k, v: numpy arrays or torch tensors (float32, float16, bfloat16; float64 is
             rounded to float32 by every scheme but ``reference``), shapes ``(..., Lq, d)``,
             ``(..., Lk, d)``, ``(..., Lk, dv)``; leading (batch, head) dims broadcast.
-            ``flash`` and ``baps`` run CUDA tensors on their own device (the GPU engine, same
-            bits and statistics as the CPU: :mod:`lowprec.kernels.device`) and return a
-            tensor there; the other schemes take CPU tensors only.
+            Schemes with a device path (``flash``, ``baps`` through the GPU engine, the
+            row-wise schemes through :mod:`lowprec.kernels.device_rows`) run CUDA tensors on
+            their own device (same bits and statistics as the CPU:
+            :mod:`lowprec.kernels.device`) and return a tensor there; the other schemes take
+            CPU tensors only.
         scheme: a name from :func:`schemes` (``reference``, ``flash``, ``baps``, ...).
         scale: softmax scale, default ``1 / sqrt(d)``.
         causal: mask key ``j > i + (Lk - Lq)`` (bottom-right aligned, torch's

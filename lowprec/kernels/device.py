@@ -1,9 +1,12 @@
 """``lp.attention`` on a CUDA tensor's own device: ``flash`` and ``baps`` through the GPU engine
-(:func:`lowprec.gpu.engine.run_engine_gpu`; docs/design.md "Attention on the device").
+(:func:`lowprec.gpu.engine.run_engine_gpu`; docs/design.md "Attention on the device"), the
+row-wise schemes through their device functions (:mod:`lowprec.kernels.device_rows`).
 
 :func:`lowprec.attention` calls :func:`attention_device` when q is a torch tensor on a non-CPU
-device and the scheme has an ``engine`` setup (:class:`lowprec.kernels.Scheme`); so does
-``lp.emulate`` for a model on the GPU.  The call keeps the CPU path's contract, step by step:
+device and the scheme has an ``engine`` setup or a ``device`` function
+(:class:`lowprec.kernels.Scheme`); so does ``lp.emulate`` for a model on the GPU.  The call
+keeps the CPU path's contract, step by step (for the engine schemes; the row-wise ones:
+:func:`_attention_rows`, the same contract with a few read-backs of their own):
 
 * validation: the same checks and messages (:func:`~lowprec.kernels.problem.check_shapes`
   and :func:`~lowprec.kernels.problem.plane_map` on the tensors' shapes, the dtype rules of
@@ -53,9 +56,10 @@ _FORCE = [False]
 
 @contextlib.contextmanager
 def force_engine():
-    """Test hook: within the context, :func:`lowprec.attention` and ``lp.emulate`` run
-    ``flash``/``baps`` on CPU tensors through the device path (the GPU engine, in Triton's
-    interpreter when ``TRITON_INTERPRET=1``) instead of the Numba engine."""
+    """Test hook: within the context, :func:`lowprec.attention` and ``lp.emulate`` run every
+    scheme with a device path on CPU tensors through it (the GPU engine and the Triton kernels
+    in Triton's interpreter when ``TRITON_INTERPRET=1``, the torch steps on the CPU) instead of
+    the CPU path."""
     old = _FORCE[0]
     _FORCE[0] = True
     try:
@@ -67,8 +71,8 @@ def force_engine():
 def wants_device(scheme, q) -> bool:
     """Whether a call of ``scheme`` (a registered :class:`~lowprec.kernels.Scheme`) with query
     ``q`` runs on q's device: a torch tensor not on the CPU (or any torch tensor under
-    :func:`force_engine`) and a scheme with a GPU engine."""
-    if scheme.engine is None or not is_torch(q):
+    :func:`force_engine`) and a scheme with a GPU engine or a device function."""
+    if (scheme.engine is None and scheme.device is None) or not is_torch(q):
         return False
     return q.device.type != "cpu" or _FORCE[0]
 
@@ -254,8 +258,8 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
     from .online import E2E, tile_stats
 
     options = {} if options is None else options
-    if s.mask_floor is not None:  # pragma: no cover - no engine scheme floors masks
-        raise NotImplementedError(f"scheme {s.name!r} floors masks: no device path")
+    if s.engine is not None and s.mask_floor is not None:  # pragma: no cover
+        raise NotImplementedError(f"scheme {s.name!r} floors masks: no engine path")
     dev = q.device
     for name, t in (("k", k), ("v", v)):
         if not is_torch(t):
@@ -280,6 +284,9 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
     B = int(np.prod(lead, dtype=np.int64))
     planes, mmap, bad = _mask_planes(attn_mask, lead, Lq, Lk, dev)
     empty = B == 0 or Lq == 0 or Lk == 0 or dv == 0
+    if s.engine is None:
+        return _attention_rows(s, q, k, v, lead, sc, bool(causal), planes, mmap, bad,
+                               return_stats, options, gqa, with_empty)
     if empty:
         _validate_options(s, SimpleNamespace(d=d, q=np.zeros(0, np.float32), scale=sc,
                                              in_dtype=np.float32), options)
@@ -357,6 +364,131 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
     res = out.reshape(tuple(lead) + (Lq, dv))
     if res.dtype != q.dtype:
         res = res.to(q.dtype)  # RNE, overflow to Inf: NumPy's astype of tiling.finish
+    result = (res, stats) if return_stats else (res,)
+    if with_empty:
+        nr = None if none is None else none.reshape(tuple(lead) + (Lq,))
+        result = result + (nr, n_none)
+    return result if len(result) > 1 else result[0]
+
+
+def _device_fn(s):
+    """The device function of scheme ``s`` (its ``device`` field, imported on first use)."""
+    import importlib
+
+    mod, fn = s.device.split(":")
+    return getattr(importlib.import_module(f"{__package__}.{mod}"), fn)
+
+
+def _noise_int8(dp, model: str, parts):
+    """``problem.logit_noise`` of the ``"int8_tensor"`` / ``"int8_entry"`` models on the device
+    (float64 ``(B, Lq)``; key/value heads by index).  Its sums run in torch's order, so a row
+    within a few float64 ulps of the threshold could count differently (never seen)."""
+    import torch
+
+    from .device_rows import row_amax
+
+    B, Lq, d = dp.q.shape
+    q = dp.q.double()
+    ksq = dp.k.double() ** 2  # (Bk, Lk, d)
+    ak = row_amax(dp.k)[dp.kv]  # (B, Lk)
+    if parts is not None:
+        q = torch.where(parts[0][:, :, None], q, 0.0)
+        pk = parts[1].double()
+        nk = torch.clamp(parts[1].sum(dim=1), min=1).double()[:, None]
+        k2 = torch.stack([pk[b] @ ksq[dp.kv[b]] for b in range(B)]) / nk if B else \
+            torch.zeros((0, d), dtype=torch.float64, device=dp.device)
+        ak = torch.where(parts[1], ak, 0.0)
+    else:
+        k2 = torch.stack([ksq[dp.kv[b]].mean(dim=0) for b in range(B)]) if B else \
+            torch.zeros((0, d), dtype=torch.float64, device=dp.device)
+    aq = q.abs().amax(dim=2) if d else torch.zeros((B, Lq), dtype=torch.float64,
+                                                   device=dp.device)
+    if model == "int8_tensor":
+        sq = (aq.amax() / 127.0).reshape(1, 1).expand(B, 1)
+        sk = (ak.amax() / 127.0).reshape(1, 1).expand(B, 1)
+    else:
+        sq = (aq.amax(dim=1) / 127.0)[:, None]
+        sk = (ak.amax(dim=1) / 127.0)[:, None]
+    var = ((q * q).sum(dim=2) * sk * sk + k2.sum(dim=1)[:, None] * sq * sq) / 12.0
+    return torch.sqrt(var) * abs(dp.scale)
+
+
+def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stats, options,
+                    gqa, with_empty):
+    """:func:`attention_device` of a row-wise scheme (one with a ``device`` function): the
+    steps of :func:`lowprec.attention` around ``s.run``, on the device."""
+    import torch
+
+    from . import _empty_stats, _validate_options
+    from .device_rows import DeviceProblem
+
+    dev = q.device
+    if bad is not None:  # the CPU's prepare raises these before anything else
+        host = bad.cpu().numpy()
+        if host[0]:
+            raise ValueError("attn_mask contains NaN; use -inf (or False) to mask a key")
+        if host[1]:
+            raise ValueError("attn_mask contains +inf; use -inf (or False) to mask a key")
+    Lq, d = q.shape[-2:]
+    Lk, dv = v.shape[-2:]
+    B = int(np.prod(lead, dtype=np.int64))
+    H = lead[-1] if lead else 1
+    q4 = _as4(q.detach(), lead, H, Lq, d)
+    kh = 1 if (k.dim() < 3 or k.shape[-3] == 1) else (k.shape[-3] if gqa else H)
+    k4 = _as4(k.detach(), lead, kh, Lk, d)
+    v4 = _as4(v.detach(), lead, kh, Lk, dv)
+    Z = q4.shape[0]
+    f32 = torch.float32  # float64 rounded to float32 (RNE, as the CPU's astype)
+    kv = (torch.arange(Z, device=dev)[:, None] * kh
+          + (torch.arange(H, device=dev) * kh // H)[None, :]).reshape(-1)
+    dp = DeviceProblem(
+        q=q4.reshape(B, Lq, d).to(f32).contiguous(),
+        k=k4.reshape(Z * kh, Lk, d).to(f32).contiguous(),
+        v=v4.reshape(Z * kh, Lk, dv).to(f32).contiguous(), kv=kv, scale=sc, causal=causal,
+        mask=planes, mask_map=None if mmap is None else torch.from_numpy(np.array(mmap)).to(dev),
+        lead=tuple(lead), in_dtype=q.dtype)
+    floored = 0
+    if s.mask_floor is not None:
+        dp, floored = dp.floored(s.mask_floor)
+    if B == 0 or Lq == 0 or Lk == 0 or dv == 0:
+        _validate_options(s, SimpleNamespace(d=d, q=np.zeros(0, np.float32), scale=sc,
+                                             in_dtype=np.float32), options)
+        out = torch.zeros((B, Lq, dv), dtype=torch.float32, device=dev)
+        stats = _empty_stats(s) if return_stats else None
+    else:
+        out, stats = _device_fn(s)(dp, return_stats, **options)
+    mmap_t = dp.mask_map
+    vis = _visibility(dp.mask, mmap_t, Lq, Lk, causal, dev)
+    none = _no_key_rows(vis, mmap_t, B, Lq, Lk, causal, dev)
+    if none is not None:  # the one place rows that see no key become NaN (a kernel's NaN kept)
+        out = torch.where(none[..., None] & ~torch.isnan(out), math.nan, out)
+    n_none = 0
+    if stats is not None:
+        fin = torch.isfinite(out).all(dim=-1) if dv else \
+            torch.ones((B, Lq), dtype=torch.bool, device=dev)
+        nonfin = ~fin if none is None else (~fin & ~none)
+        stats.nonfinite_rows = int(nonfin.sum())
+        stats.mask_floored = floored
+        if s.noise is not None:
+            model = s.noise(options)
+            whole = options.get("scale_scope") == "tensor"
+            stats.noisy_rows = 0
+            if model is not None and B and Lq and Lk:
+                if model not in ("int8_tensor", "int8_entry"):  # pragma: no cover
+                    raise NotImplementedError(f"noise model {model!r} on the device")
+                parts = dp.taking_part() if (dp.mask is not None or causal) else None
+                est = _noise_int8(dp, model, None if whole else parts)
+                noisy = ~(est <= NOISE_NATS)
+                if parts is not None:
+                    noisy = noisy & parts[0]
+                elif none is not None:
+                    noisy = noisy & ~none
+                stats.noisy_rows = int(noisy.sum())
+        if none is not None:
+            n_none = int(none.sum())
+    res = out.reshape(tuple(lead) + (Lq, dv))
+    if res.dtype != q.dtype:
+        res = res.to(q.dtype)
     result = (res, stats) if return_stats else (res,)
     if with_empty:
         nr = None if none is None else none.reshape(tuple(lead) + (Lq,))

@@ -637,16 +637,12 @@ def _check_depth(d: int) -> None:
         raise ValueError(f"head dim d = {d} is too large for int32 logits (d <= 66571)")
 
 
-def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
-                  c: float = C_DEFAULT, index_rounding: str = "floor",
-                  granularity: str = "per_tensor", block: int = BLOCK_DEFAULT,
-                  deploy: bool = False, neon_tail: bool = False, p_format: str = "uint8",
-                  scale_scope: str = "visible"):
-    """Scheme ``intattention`` (module docstring).  Options: ``bits`` (1..8, deploy 1..5),
-    ``c``, ``index_rounding``, ``granularity`` (per_tensor, per_channel, per_block), ``block``
-    (per_block query tokens, default 128), ``deploy``, ``neon_tail``, ``p_format``,
-    ``scale_scope`` (``"visible"``: scales from the rows and keys that take part, per_tensor
-    per sequence; ``"tensor"``: the paper's, over every entry)."""
+def intattention_options(prob, bits, c, index_rounding, granularity, block, deploy, neon_tail,
+                        p_format, scale_scope) -> tuple:
+    """The checks of ``intattention``'s options against a problem (a
+    :class:`~.problem.Problem` or its device twin), in the scheme's order and with its
+    messages: ``(deploy, bits, c, index mode, granularity, block, p_format, neon_tail,
+    scale_scope)``."""
     dep = check_bool(deploy, "deploy")
     b = _check_bits(bits, 1, 5 if dep else BITS_MAX)
     cf = _check_c(c)
@@ -658,11 +654,27 @@ def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
         raise ValueError("deploy=True models the UINT8 kernel: p_format must be 'uint8'")
     if tail and not dep:
         raise ValueError("neon_tail=True needs deploy=True (it models the NEON kernel's tail)")
-    B, Lq, Lk = prob.B, prob.Lq, prob.Lk
     _check_depth(prob.d)
     check_positive_scale(prob.scale, "intattention", "c_int = c / alpha")
-    qz = quantize_problem(prob, gran, blk, check_choice(scale_scope, "scale_scope",
-                                                        SCALE_SCOPES))
+    return dep, b, cf, mode, gran, blk, pf, tail, check_choice(scale_scope, "scale_scope",
+                                                               SCALE_SCOPES)
+
+
+def _intattention(prob: Problem, return_stats: bool, bits: int = BITS_DEFAULT,
+                  c: float = C_DEFAULT, index_rounding: str = "floor",
+                  granularity: str = "per_tensor", block: int = BLOCK_DEFAULT,
+                  deploy: bool = False, neon_tail: bool = False, p_format: str = "uint8",
+                  scale_scope: str = "visible"):
+    """Scheme ``intattention`` (module docstring).  Options: ``bits`` (1..8, deploy 1..5),
+    ``c``, ``index_rounding``, ``granularity`` (per_tensor, per_channel, per_block), ``block``
+    (per_block query tokens, default 128), ``deploy``, ``neon_tail``, ``p_format``,
+    ``scale_scope`` (``"visible"``: scales from the rows and keys that take part, per_tensor
+    per sequence; ``"tensor"``: the paper's, over every entry)."""
+    dep, b, cf, mode, gran, blk, pf, tail, scope = intattention_options(
+        prob, bits, c, index_rounding, granularity, block, deploy, neon_tail, p_format,
+        scale_scope)
+    B, Lq, Lk = prob.B, prob.Lq, prob.Lk
+    qz = quantize_problem(prob, gran, blk, scope)
     alpha_row = qz.sq_row.astype(np.float64) * qz.sk.astype(np.float64)[:, None] * prob.scale
     cint_row = clip_threshold(alpha_row, cf, deploy=dep) if alpha_row.size else \
         np.zeros((B, Lq), dtype=np.int64)
@@ -806,19 +818,21 @@ register(Scheme(
     options=("bits", "c", "index_rounding", "granularity", "block", "deploy", "neon_tail",
              "p_format", "scale_scope"),
     stats=IntAttentionStats, order=50, error_bound=0.2, mask_floor=MASK_FLOOR, noise=_noise_model,
+    device="intattention_device:intattention",
 ))
 register(Scheme(
     "quant_only",
     "IntAttention baseline: int8 q/k/v, float32 softmax, P = RNE(127 p) as int8",
     _quant_only, options=("granularity", "block", "scale_scope"), stats=IntAttentionStats,
     order=60, error_bound=0.2,
-    mask_floor=MASK_FLOOR, noise=_noise_model,
+    mask_floor=MASK_FLOOR, noise=_noise_model, device="intattention_device:quant_only",
 ))
 register(Scheme(
     "index_softmax_only",
     "IntAttention baseline: float32 scores with the IndexSoftmax LUT softmax",
     _index_softmax_only, options=("bits", "c", "index_rounding"), stats=IntAttentionStats,
     order=70, error_bound=0.12, mask_floor=MASK_FLOOR,
+    device="intattention_device:index_softmax_only",
 ))
 register(Scheme("index_softmax", "IndexSoftmax LUT softmax on float scores (b=5, c=6.6)",
                 _softmax_index, options=("bits", "c", "index_rounding"), kind="softmax",

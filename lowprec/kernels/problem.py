@@ -55,31 +55,10 @@ LOG2E = 1.4426950408889634  # log2(e)
 MASK_FLOOR = -65504.0
 
 
-@dataclass
-class Problem:
-    """A normalized attention call (see the module docstring).
-
-    Attributes:
-        q, k, v: ``(B, Lq, d)``, ``(B, Lk, d)``, ``(B, Lk, dv)`` C-contiguous; float32 unless
-            the scheme asked for float64 and the input was float64.
-        scale: the softmax scale (float).
-        causal: bottom-right aligned causal mask.
-        mask: None or float32 ``(M, Lq, Lk)`` additive mask (0, finite, or -inf).
-        mask_map: int64 ``(B,)``: batch entry ``b`` uses ``mask[mask_map[b]]`` (all zeros when
-            there is no mask).
-        lead: the leading (batch, head) shape ``B`` was flattened from.
-        in_dtype: numpy dtype of ``q`` as given (the output is returned in it).
-    """
-
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    scale: float
-    causal: bool
-    mask: np.ndarray | None
-    mask_map: np.ndarray
-    lead: tuple
-    in_dtype: np.dtype
+class ProblemShape:
+    """The sizes of a problem with ``q (B, Lq, d)``, ``k (., Lk, d)``, ``v (., Lk, dv)``
+    (shared by :class:`Problem` and its device twin
+    :class:`~lowprec.kernels.device_rows.DeviceProblem`)."""
 
     @property
     def B(self) -> int:
@@ -105,6 +84,33 @@ class Problem:
     def dv(self) -> int:
         """Head dim of v (and of the output)."""
         return self.v.shape[2]
+
+
+@dataclass
+class Problem(ProblemShape):
+    """A normalized attention call (see the module docstring).
+
+    Attributes:
+        q, k, v: ``(B, Lq, d)``, ``(B, Lk, d)``, ``(B, Lk, dv)`` C-contiguous; float32 unless
+            the scheme asked for float64 and the input was float64.
+        scale: the softmax scale (float).
+        causal: bottom-right aligned causal mask.
+        mask: None or float32 ``(M, Lq, Lk)`` additive mask (0, finite, or -inf).
+        mask_map: int64 ``(B,)``: batch entry ``b`` uses ``mask[mask_map[b]]`` (all zeros when
+            there is no mask).
+        lead: the leading (batch, head) shape ``B`` was flattened from.
+        in_dtype: numpy dtype of ``q`` as given (the output is returned in it).
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    scale: float
+    causal: bool
+    mask: np.ndarray | None
+    mask_map: np.ndarray
+    lead: tuple
+    in_dtype: np.dtype
 
     def row_limits(self, r0: int = 0, r1: int | None = None) -> np.ndarray:
         """int64 ``(r1 - r0,)``: the last key index each query row ``r0 .. r1 - 1`` may see

@@ -1,0 +1,241 @@
+"""The row-wise schemes' device paths (lowprec/kernels/device_rows.py and the schemes' device
+functions) equal the CPU path bit for bit: outputs (NaN by position), every statistic, error
+messages; masks (boolean, additive, ``finfo.min`` padding), causal with Lq != Lk, partial
+blocks, GQA read by index, every option that changes the arithmetic.
+
+Without a GPU (CI) the device path runs on CPU tensors under :func:`force_engine` (torch steps
+on the CPU, the Triton row sums in the interpreter); on a GPU machine the same tests put the
+tensors on ``cuda``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from conftest import HAS_CUDA  # noqa: E402
+
+import lowprec as lp  # noqa: E402
+from lowprec.kernels import get_scheme  # noqa: E402
+from lowprec.kernels.device import attention_device, force_engine  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+SCHEMES = ["intattention", "quant_only", "index_softmax_only"]
+
+
+def on_device():
+    return contextlib.nullcontext() if HAS_CUDA else force_engine()
+
+
+def dev(t):
+    return t.to(DEVICE) if isinstance(t, torch.Tensor) else t
+
+
+def qkv(Z=2, Hq=4, Hkv=2, Lq=40, Lk=56, d=16, dv=16, seed=0, amp=1.5, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    q = (torch.randn(Z, Hq, Lq, d, generator=g) * amp).to(dtype)
+    k = (torch.randn(Z, Hkv, Lk, d, generator=g) * amp).to(dtype)
+    v = torch.randn(Z, Hkv, Lk, dv, generator=g).to(dtype)
+    return q, k, v
+
+
+def rep(q, k, v):
+    """k, v with their heads repeated to q's (the CPU path's view of GQA)."""
+    g = q.shape[-3] // k.shape[-3]
+    return k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
+
+
+def same_out(a, b):
+    b = b.cpu()
+    assert a.shape == b.shape and a.dtype == b.dtype
+    na, nb = torch.isnan(a), torch.isnan(b)
+    assert torch.equal(na, nb), "NaN positions differ"
+    it = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    ia = a.masked_fill(na, 0).contiguous().view(-1).view(it)
+    ib = b.masked_fill(nb, 0).contiguous().view(-1).view(it)
+    bad = int((ia != ib).sum())
+    assert bad == 0, f"{bad} of {ia.numel()} outputs differ"
+
+
+def same_stats(s1, s2):
+    assert type(s1) is type(s2)
+    d1, d2 = s1.to_dict(), s2.to_dict()
+    assert d1.keys() == d2.keys()
+    for key in d1:
+        assert str(d1[key]) == str(d2[key]), f"{key}: {d1[key]} vs {d2[key]}"
+
+
+def both(q, k, v, scheme, **kw):
+    """CPU path and device path of one call (GQA: the device reads k, v heads by index, the
+    CPU gets them repeated); returns the CPU result."""
+    kr, vr = rep(q, k, v) if k.dim() >= 3 and k.shape[-3] != q.shape[-3] else (k, v)
+    ref = lp.attention(q, kr, vr, scheme, return_stats=True, **kw)
+    am = kw.pop("attn_mask", None)
+    with on_device():
+        if kr is k:
+            got = lp.attention(dev(q), dev(k), dev(v), scheme, attn_mask=dev(am),
+                               return_stats=True, **kw)
+        else:
+            call = {o: kw.pop(o) for o in ("causal", "scale") if o in kw}
+            got = attention_device(get_scheme(scheme), dev(q), dev(k), dev(v),
+                                   attn_mask=dev(am), return_stats=True, options=kw,
+                                   gqa=True, **call)
+    assert got[0].device.type == DEVICE
+    same_out(ref[0], got[0])
+    same_stats(ref[1], got[1])
+    return ref
+
+
+def masks(seed=3, Z=2, H=4, Lq=40, Lk=56):
+    g = torch.Generator().manual_seed(seed)
+    am = torch.rand(Z, 1, Lq, Lk, generator=g) > 0.3
+    am[0, 0, 5] = False  # a row that sees no key
+    add = torch.randn(Z, H, Lq, Lk, generator=g)
+    add[..., :5] = -torch.inf
+    add[1, :, :, 40:] = torch.finfo(torch.float32).min  # transformers' padding: floored
+    return am, add
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_masks_causal_gqa(scheme):
+    """No mask, causal Lq < Lk, a boolean mask broadcast over heads with a row that sees no
+    key, an additive mask with -inf and finfo.min padding; GQA heads by index."""
+    q, k, v = qkv(seed=1)
+    am, add = masks()
+    both(q, k, v, scheme)
+    both(q, k, v, scheme, causal=True, attn_mask=am)
+    st = both(q, k, v, scheme, attn_mask=add)[1]
+    assert st.mask_floored > 0
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_causal_lq_greater_than_lk_and_dtypes(scheme):
+    """Causal Lq > Lk (rows that see no key), bfloat16 and float64 inputs, 2-D inputs."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=48, Lk=24, seed=2, dtype=torch.bfloat16)
+    st = both(q, k, v, scheme, causal=True)[1]
+    assert st.empty_rows > 0 or scheme == "quant_only"
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=20, Lk=33, seed=3, dtype=torch.float64)
+    both(q, k, v, scheme, scale=0.3)
+    both(q[0, 0], k[0, 0], v[0, 0], scheme, causal=True)
+
+
+@pytest.mark.parametrize("opts", [
+    dict(granularity="per_channel"), dict(granularity="per_block", block=16),
+    dict(deploy=True), dict(deploy=True, neon_tail=True, bits=4),
+    dict(index_rounding="nearest", p_format="int8", bits=7, c=9.0),
+    dict(scale_scope="tensor"),
+])
+def test_intattention_options(opts):
+    """Every option of intattention that changes the arithmetic, with a causal, additive
+    mask (bias in logit units, saturating) and partial query blocks."""
+    q, k, v = qkv(seed=4)
+    _, add = masks(seed=5)
+    both(q, k, v, "intattention", causal=True, attn_mask=add, **opts)
+
+
+def test_intattention_mask_saturation_and_small_scale():
+    """A huge finite bias saturates the logits (mask_saturated); tiny q makes a fine c_int."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=1, Lq=24, Lk=24, seed=6)
+    add = torch.zeros(1, 1, 24, 24)
+    add[..., 3] = 1.0e6
+    st = both(q, k, v, "intattention", attn_mask=add)[1]
+    assert st.mask_saturated > 0
+    both(q * 1e-3, k, v, "intattention", granularity="per_channel")
+
+
+@pytest.mark.parametrize("opts", [dict(granularity="per_channel"),
+                                  dict(granularity="per_block", block=16),
+                                  dict(scale_scope="tensor")])
+def test_quant_only_options(opts):
+    q, k, v = qkv(seed=7)
+    am, _ = masks(seed=8)
+    both(q, k, v, "quant_only", causal=True, attn_mask=am, **opts)
+
+
+@pytest.mark.parametrize("opts", [dict(bits=3, index_rounding="nearest"), dict(c=2.0)])
+def test_index_softmax_only_options_and_nonfinite(opts):
+    """Options, and scores that overflow float32 (+inf and NaN rows, nonfinite_rows)."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=16, Lk=16, seed=9)
+    q[0, 0, 3] *= 1e30
+    q[0, 1, 4, 0] = torch.nan
+    st = both(q, k, v, "index_softmax_only", causal=True, **opts)[1]
+    assert st.nonfinite_rows > 0
+
+
+@pytest.mark.parametrize("case", ["nan_q", "bad_option", "c_int", "nan_mask", "deploy_pf",
+                                  "neg_scale"])
+def test_same_errors(case):
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=8, Lk=8, seed=10)
+    kw = {}
+    scheme = "intattention"
+    if case == "nan_q":
+        q[0, 1, 2, 3] = torch.nan
+    elif case == "bad_option":
+        kw = {"granularity": "per_row"}
+    elif case == "c_int":
+        q = q * 1e-12
+    elif case == "nan_mask":
+        m = torch.zeros(8, 8)
+        m[1, 1] = torch.nan
+        kw = {"attn_mask": m, "granularity": "bogus"}
+    elif case == "deploy_pf":
+        kw = {"deploy": True, "p_format": "int8"}
+    else:
+        kw = {"scale": -1.0}
+    with pytest.raises((ValueError, TypeError)) as e1:
+        lp.attention(q, k, v, scheme, **kw)
+    with on_device(), pytest.raises(type(e1.value)) as e2:
+        lp.attention(dev(q), dev(k), dev(v), scheme,
+                     **{a: dev(b) for a, b in kw.items()})
+    assert str(e1.value) == str(e2.value)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_empty_shapes(scheme):
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=0, Lk=8, seed=11)
+    both(q, k, v, scheme)
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=4, Lk=0, seed=11)
+    both(q, k, v, scheme)
+
+
+def test_emulate_device_path():
+    """lp.emulate routes a device scheme's SDPA calls to the device path (GQA by index, a
+    causal call with Lq != Lk folded into a mask): the same outputs and statistics."""
+    import torch.nn.functional as F
+
+    q, k, v = qkv(Z=1, Hq=4, Hkv=2, Lq=12, Lk=20, seed=12)
+    res = []
+    for ctx in (contextlib.nullcontext(), on_device()):
+        with torch.no_grad(), ctx, lp.emulate("intattention") as run:
+            a = (dev(q), dev(k), dev(v)) if not isinstance(ctx, contextlib.nullcontext) \
+                else (q, k, v)
+            out = F.scaled_dot_product_attention(*a, is_causal=True, enable_gqa=True)
+        res.append((out, run.stats.calls[0].stats))
+    same_out(res[0][0], res[1][0])
+    same_stats(res[0][1], res[1][1])
+
+
+def test_sequential_row_sum():
+    """seq_rowsum adds left to right: a row whose sum depends on the order."""
+    from lowprec.gpu.rowsum import seq_rowsum
+
+    x = torch.tensor([[1.0, 2.0**-53, 2.0**-53, 2.0**-53, 2.0**-53]] * 3, dtype=torch.float64)
+    x[1] = torch.tensor([2.0**-53] * 4 + [1.0], dtype=torch.float64)
+    want = np.zeros(3)
+    for r in range(3):
+        for t in x[r].numpy():
+            want[r] += t
+    got = seq_rowsum(dev(x)).cpu().numpy()
+    assert got[0] == 1.0 and got[1] > 1.0  # the order shows
+    np.testing.assert_array_equal(got, want)
+    x32 = torch.randn(7, 300, generator=torch.Generator().manual_seed(0)) * 1e3
+    w32 = np.zeros(7, np.float32)
+    for j in range(300):
+        w32 = (w32 + x32[:, j].numpy()).astype(np.float32)
+    np.testing.assert_array_equal(seq_rowsum(dev(x32)).cpu().numpy(), w32)
