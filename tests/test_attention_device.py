@@ -308,6 +308,40 @@ def test_emulate_device_path(scheme, opts):
         assert_same_stats(c1.stats, c2.stats)
 
 
+def test_emulate_device_statistics_arrive_when_read():
+    """The device path of the GPU engine does not wait for its statistics: a call is recorded
+    when ``run.stats`` is read (or the context exits), in call order, with the CPU path's
+    statistics; a hazard (here ``nonfinite_rows``, an Inf in v) warns at the exit."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=32, Lk=32, kind="bf16", seed=21)
+    v2 = v.clone()
+    v2[0, 1, 3, 0] = float("inf")
+    pad = torch.ones(32, 32, dtype=torch.bool)
+    pad[:, 28:] = False
+    opts = dict(block_q=16, block_k=16, tau=0)
+
+    with torch.no_grad(), lp.emulate("hif8", **opts) as r1:
+        a1 = F.scaled_dot_product_attention(q, k, v, attn_mask=pad)
+        b1 = F.scaled_dot_product_attention(q, k, v2, is_causal=True)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with torch.no_grad(), on_device(), lp.emulate("hif8", **opts) as r2:
+            a2 = F.scaled_dot_product_attention(dev(q), dev(k), dev(v), attn_mask=dev(pad))
+            assert len(r2._deferred) == 1  # nothing read back yet
+            assert r2.stats.total().calls == 1 and not r2._deferred  # reading records it
+            b2 = F.scaled_dot_product_attention(dev(q), dev(k), dev(v2), is_causal=True)
+            assert len(r2._deferred) == 1
+            assert not [x for x in w if "hazard" in str(x.message)]
+        hazards = [x for x in w if "hazard" in str(x.message)]
+    assert len(hazards) == 1 and "nonfinite_rows" in str(hazards[0].message)
+    assert_same_out(a1, a2)
+    assert_same_out(b1, b2)
+    assert [c.index for c in r2.stats.calls] == [0, 1] and r2.stats.calls[1].causal
+    for c1, c2 in zip(r1.stats.calls, r2.stats.calls, strict=True):
+        assert_same_stats(c1.stats, c2.stats)
+        assert c2.seconds > 0
+    assert r2.stats.calls[1].stats.nonfinite_rows > 0
+
+
 def test_emulate_other_schemes_keep_the_cpu_path():
     """A scheme without a device path is not routed to it."""
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=16, Lk=16, seed=14)

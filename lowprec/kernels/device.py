@@ -233,8 +233,38 @@ def _noisy_rows(q4, k4, scale: float, parts, none):
     return noisy.sum(dtype=torch.int64)
 
 
+class Pending:
+    """Statistics of a device call on their way to the host (:func:`attention_device` with
+    ``defer=True``): the call's one packed int64 tensor is copied to pinned host memory without
+    blocking, behind an event on the tensor's stream, so the host goes on launching work.
+    :meth:`resolve` waits for that event (the only synchronisation) and builds the statistics
+    with the CPU's code, once."""
+
+    def __init__(self, packed, build):
+        import torch
+
+        if packed.is_cuda:
+            self._host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+            self._host.copy_(packed, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record(torch.cuda.current_stream(packed.device))
+        else:  # CPU tensors (the interpreter): nothing to wait for
+            self._host, self._event = packed, None
+        self._build, self._value = build, None
+
+    def resolve(self):
+        """``(stats, n_none)`` of the call (waits for the copy the first time)."""
+        if self._build is not None:
+            if self._event is not None:
+                self._event.synchronize()
+            self._value = self._build(self._host.numpy())
+            self._build = self._host = self._event = None
+        return self._value
+
+
 def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
-                     return_stats=False, options=None, gqa=False, with_empty=False):
+                     return_stats=False, options=None, gqa=False, with_empty=False,
+                     defer=False):
     """:func:`lowprec.attention` of scheme record ``s`` (one with an ``engine``) on q's device.
 
     Args:
@@ -247,6 +277,11 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
         with_empty: also return ``(none, n_none)``: the boolean ``lead + (Lq,)`` device
             tensor of rows that see no key (or None when none can be) and their count (an
             int, read in the call's one synchronisation; 0 unless ``return_stats``).
+        defer: with ``return_stats``, do not wait for the statistics: they travel to the host
+            asynchronously and the call returns a :class:`Pending` in their place (and None
+            for ``n_none``); ``Pending.resolve()`` gives ``(stats, n_none)``.  Only for a
+            scheme of the GPU engine and a mask that needs no check (not a float mask, whose
+            NaN / +inf must raise in the call); otherwise the call reads back as usual.
 
     Returns:
         ``out`` (q's dtype and device, ``lead + (Lq, dv)``), ``(out, stats)`` with
@@ -284,7 +319,7 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
     B = int(np.prod(lead, dtype=np.int64))
     planes, mmap, bad = _mask_planes(attn_mask, lead, Lq, Lk, dev)
     empty = B == 0 or Lq == 0 or Lk == 0 or dv == 0
-    if s.engine is None:
+    if s.engine is None:  # (reads back in the call: ``defer`` does not apply)
         return _attention_rows(s, q, k, v, lead, sc, bool(causal), planes, mmap, bad,
                                return_stats, options, gqa, with_empty)
     if empty:
@@ -335,31 +370,40 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
         else:
             parts.append(zero.reshape(1))
         parts.append((none.sum(dtype=torch.int64) if none is not None else zero).reshape(1))
-    host = torch.cat(parts).cpu().numpy() if parts else None
-    pos = 0
-    if bad is not None:
-        pos = 2
-        if host[0]:
-            raise ValueError("attn_mask contains NaN; use -inf (or False) to mask a key")
-        if host[1]:
-            raise ValueError("attn_mask contains +inf; use -inf (or False) to mask a key")
-    stats = None
-    n_none = 0
-    if return_stats:
+    fshape = None if (empty or not return_stats) else (flags.shape[1], flags.shape[2])
+    flow_e2e = (not empty) and cfg.flow == E2E
+
+    def read(host):  # the host side of the read-back: the mask's errors, the statistics
+        pos = 0
+        if bad is not None:
+            pos = 2
+            if host[0]:
+                raise ValueError("attn_mask contains NaN; use -inf (or False) to mask a key")
+            if host[1]:
+                raise ValueError("attn_mask contains +inf; use -inf (or False) to mask a key")
+        if not return_stats:
+            return None, 0
         if empty:
-            stats = _empty_stats(s)
+            st = _empty_stats(s)
         else:
-            nq, nk = flags.shape[1], flags.shape[2]
-            fl = host[pos:pos + flags.numel()].astype(np.int8).reshape(B, nq, nk)
-            pos += flags.numel()
+            nq, nk = fshape
+            fl = host[pos:pos + B * nq * nk].astype(np.int8).reshape(B, nq, nk)
+            pos += B * nq * nk
             rrh = host[pos:pos + B].astype(np.int64)
             pos += B
-            stats = tile_stats(fl, rrh, cfg.flow == E2E)
-        stats.nonfinite_rows = int(host[pos])
-        stats.mask_floored = 0
+            st = tile_stats(fl, rrh, flow_e2e)
+        st.nonfinite_rows = int(host[pos])
+        st.mask_floored = 0
         if s.noise is not None:
-            stats.noisy_rows = int(host[pos + 1])
-        n_none = int(host[pos + 2])
+            st.noisy_rows = int(host[pos + 1])
+        return st, int(host[pos + 2])
+
+    packed = torch.cat(parts) if parts else None
+    if defer and return_stats and bad is None:
+        stats = Pending(packed, read)
+        n_none = None
+    else:
+        stats, n_none = read(None if packed is None else packed.cpu().numpy())
 
     res = out.reshape(tuple(lead) + (Lq, dv))
     if res.dtype != q.dtype:
@@ -496,4 +540,4 @@ def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stat
     return result if len(result) > 1 else result[0]
 
 
-__all__ = ["attention_device", "force_engine", "wants_device"]
+__all__ = ["Pending", "attention_device", "force_engine", "wants_device"]

@@ -84,6 +84,7 @@ from functools import partial
 
 import numpy as np
 
+from ..kernels.device import Pending
 from ..kernels.problem import one_blas_thread
 from ..stats import sqnr_db
 from .hooks import (
@@ -213,7 +214,8 @@ class Emulation:
         if self._quant and not self._pending:
             raise ValueError("activations= / weights= quantize the nn.Linear modules of the "
                              "watched models: pass model=...")
-        self.stats = EmulationStats(self.scheme, self.options)
+        self._stats = EmulationStats(self.scheme, self.options)
+        self._deferred: list = []           # device calls whose statistics are on their way
         self._names: dict[int, str] = {}     # id(module) -> qualified name
         self._qsel: set[int] = set()        # ids of the selected nn.Linear modules
         self._wcache: dict[int, tuple] = {}  # id(module) -> (param, version, quantized weight)
@@ -231,6 +233,22 @@ class Emulation:
         self._softmax_calls = 0             # softmax calls seen by the mode (item 18)
         self._attention_seen = 0            # attention calls intercepted while active (any ctx)
         self._escaped: dict[str, int] = {}  # fused torch attention functions met, not emulated
+
+    @property
+    def stats(self) -> EmulationStats:
+        """:class:`EmulationStats` of the context (filled while it is active; kept after).
+        Reading it waits for the statistics of device calls still on their way to the host
+        (the only synchronisation those calls make; see :meth:`_sdpa_device`)."""
+        self._flush()
+        return self._stats
+
+    def _flush(self) -> None:
+        """Record the device calls whose statistics were deferred, in call order."""
+        pending, self._deferred = self._deferred, []
+        for rec, pend, seconds, signal, noise in pending:
+            rec.stats, rec.empty_rows = pend.resolve()
+            rec.seconds = seconds()
+            self._record(rec, signal, noise)
 
     # ---- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> Emulation:
@@ -276,6 +294,7 @@ class Emulation:
             self._mstack, self._astack = [], []
             self._wcache.clear()
         if exc_type is None:
+            self._flush()  # the deferred statistics: their hazards warn here
             self._warn_nothing_emulated()
         return False
 
@@ -291,7 +310,7 @@ class Emulation:
                           "results are torch's float attention", UserWarning, stacklevel=3)
         if self._attention_seen or not (self._modules_run or self._softmax_calls):
             return  # attention was emulated, or nothing ran at all
-        quantized = any(m.quant is not None for m in self.stats.modules.values())
+        quantized = any(m.quant is not None for m in self._stats.modules.values())
         if self._softmax_calls:
             why = (f"{self._softmax_calls} softmax call(s) ran: attention written by hand "
                    "(matmul + softmax) is not emulated")
@@ -436,7 +455,7 @@ class Emulation:
         return None
 
     def _qstats(self, qual: str) -> QuantStats:
-        m = self.stats.module(qual)
+        m = self._stats.module(qual)
         if m.quant is None:
             m.quant = QuantStats()
         return m.quant
@@ -644,7 +663,10 @@ class Emulation:
     def _sdpa_device(self, func, q, k, v, mask, is_causal, scale, gqa, float_mask, module):
         """One SDPA call of a scheme of the GPU engine (``flash``, ``baps``) on q's device
         (:mod:`lowprec.kernels.device`): no host transfer of the tensors, GQA heads read by
-        index, one read-back of the statistics per call; the steps of :meth:`_sdpa`."""
+        index; the steps of :meth:`_sdpa`.  A scheme of the GPU engine does not synchronise:
+        its statistics (and the call's device time, from two CUDA events) travel to the host
+        asynchronously and the call is recorded when :attr:`stats` is read or the context
+        exits (where its hazards warn).  Row-wise schemes read back in the call."""
         import torch
 
         from ..kernels import get_scheme
@@ -659,11 +681,24 @@ class Emulation:
             tril = torch.ones(Lq, Lk, dtype=torch.bool, device=dev).tril()
             lp_mask = combine(lp_mask, tril)
             causal = False
+        if dev.type == "cuda":  # the call's device time, read when its statistics are
+            ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            ev0.record(torch.cuda.current_stream(dev))
         t0 = time.perf_counter()
         out, st, empty, n_empty = attention_device(
             get_scheme(self.scheme), q, k, v, scale=scale, causal=causal, attn_mask=lp_mask,
-            return_stats=True, options=self.options, gqa=bool(gqa), with_empty=True)
-        seconds = time.perf_counter() - t0  # includes the call's one read-back (a sync)
+            return_stats=True, options=self.options, gqa=bool(gqa), with_empty=True,
+            defer=True)
+        if dev.type == "cuda":
+            ev1.record(torch.cuda.current_stream(dev))
+
+            def seconds():
+                return ev0.elapsed_time(ev1) / 1e3
+        else:
+            wall = time.perf_counter() - t0
+
+            def seconds():
+                return wall
         if empty is not None:
             empty = torch.broadcast_to(empty, out.shape[:-1])
 
@@ -680,7 +715,10 @@ class Emulation:
         zeroed (``empty_rows="zero"``), the ``reference=`` SQNR (``ref_inputs()`` gives q, k,
         v and the mask for torch's float32 SDPA ``func``), the call recorded."""
         q, k, v, mask, is_causal, scale, gqa = call
-        if n_empty and self.empty_rows == "zero":
+        deferred = isinstance(st, Pending)
+        if not deferred and callable(seconds):
+            seconds = seconds()
+        if empty is not None and self.empty_rows == "zero" and (deferred or n_empty):
             out = out.masked_fill(empty[..., None], 0)
         sq = None
         signal = noise = 0.0
@@ -691,14 +729,21 @@ class Emulation:
             signal, noise = powers(out, ref, empty)
             sq = sqnr_db(signal, noise)
         name = self._module_name() if module is None else module
-        rec = CallRecord(len(self.stats.calls), name, tuple(q.shape),
+        index = len(self._stats.calls) + len(self._deferred)
+        rec = CallRecord(index, name, tuple(q.shape),
                          tuple(k.shape), tuple(v.shape), str(q.dtype), bool(is_causal),
-                         mask is not None, bool(gqa), seconds, sq, n_empty, st)
-        self._record(rec, signal, noise)
+                         mask is not None, bool(gqa), 0.0 if deferred else seconds, sq,
+                         0 if deferred else n_empty, None if deferred else st)
+        if deferred:  # recorded when read (run.stats, the context's exit)
+            self._stats.module(name)  # (modules stay in order of first appearance)
+            self._deferred.append((rec, st, seconds, signal, noise))
+        else:
+            self._flush()
+            self._record(rec, signal, noise)
         return out
 
     def _record(self, rec: CallRecord, signal: float, noise: float) -> None:
-        self.stats.record(rec, signal, noise)
+        self._stats.record(rec, signal, noise)
         if self._warned_hazard or rec.stats is None:
             return
         hit = {k: n for k, n in rec.stats.hazards.items() if n}
