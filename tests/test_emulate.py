@@ -549,3 +549,27 @@ def test_linear_hooks_bf16_dtype_kept():
                                       saturate=True))
     want = F.linear(xq.bfloat16(), wq.bfloat16(), lin.bias.detach())
     assert torch.equal(y, want)
+
+
+def test_boolean_causal_mask_is_causal():
+    """A boolean lower-triangle mask (what transformers materializes under torch.compile) is
+    emulated as ``is_causal=True``: same bits, statistics and record as the causal call; a
+    mask that differs in one entry, or has a batch dim, is kept as a mask."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 40, 16, generator=g) for _ in range(3))
+    tril = torch.ones(40, 40, dtype=torch.bool).tril()
+    holed = tril.clone()
+    holed[30, 3] = False
+    with emulate("baps", config="e2e_hif8", tau=0, block_q=8, block_k=8) as run:
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        b = F.scaled_dot_product_attention(q, k, v, attn_mask=tril[None, None])
+        b2 = F.scaled_dot_product_attention(q, k, v, attn_mask=tril[None, None])  # cached
+        c = F.scaled_dot_product_attention(q, k, v, attn_mask=holed)
+        d = F.scaled_dot_product_attention(q, k, v, attn_mask=tril.expand(1, 2, 40, 40))
+    assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+    assert torch.equal(a.view(torch.int32), b2.view(torch.int32))
+    r = run.stats.calls
+    assert [(c_.causal, c_.masked) for c_ in r] == [(True, False)] * 3 + [(False, True)] * 2
+    assert str(r[0].stats.to_dict()) == str(r[1].stats.to_dict())
+    assert not torch.equal(a, c)
+    assert torch.equal(a.view(torch.int32), d.view(torch.int32))  # same visibility either way

@@ -80,6 +80,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from functools import partial
 
 import numpy as np
@@ -216,6 +217,7 @@ class Emulation:
                              "watched models: pass model=...")
         self._stats = EmulationStats(self.scheme, self.options)
         self._deferred: list = []           # device calls whose statistics are on their way
+        self._last_mask = None              # (weakref, version, is causal) of the last mask
         self._names: dict[int, str] = {}     # id(module) -> qualified name
         self._qsel: set[int] = set()        # ids of the selected nn.Linear modules
         self._wcache: dict[int, tuple] = {}  # id(module) -> (param, version, quantized weight)
@@ -596,6 +598,36 @@ class Emulation:
         return cached[2]
 
     # ---- SDPA -------------------------------------------------------------------------------
+    def _causal_mask(self, mask, q, k) -> bool:
+        """Whether ``mask`` is a boolean causal mask: ``Lq == Lk``, leading dims of size 1, the
+        lower triangle (diagonal included) True and the rest False.  transformers passes
+        ``is_causal=True`` to SDPA in eager mode but materializes this mask while Dynamo traces
+        (it cannot decide at trace time that the mask may be dropped); treating it as
+        ``is_causal=True`` gives compiled and eager runs the same bits and statistics and lets
+        the GPU engine skip reading a mask plane.  The answer for the last mask tensor is kept
+        (the layers of one forward share it), keyed on the tensor object and its version
+        counter, so a forward checks it once (one comparison, one small read-back)."""
+        import torch
+
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            return False
+        Lq, Lk = q.shape[-2], k.shape[-2]
+        if Lq != Lk or Lq < 2 or tuple(mask.shape[-2:]) != (Lq, Lk) or \
+                any(n != 1 for n in mask.shape[:-2]):
+            return False
+        try:
+            version = mask._version
+        except RuntimeError:  # an inference tensor keeps no version counter: no caching
+            version = None
+        last = self._last_mask
+        if version is not None and last is not None and last[0]() is mask and \
+                last[1] == version:
+            return last[2]
+        tril = torch.ones(Lq, Lk, dtype=torch.bool, device=mask.device).tril()
+        verdict = bool(torch.equal(mask.reshape(Lq, Lk), tril))
+        self._last_mask = None if version is None else (weakref.ref(mask), version, verdict)
+        return verdict
+
     def _sdpa(self, func, args, kwargs, module: str | None = None):
         """One SDPA call, emulated; ``module`` names the caller (default: the running
         module; given by ``lowprec::sdpa`` under torch.compile)."""
@@ -615,6 +647,8 @@ class Emulation:
         float_mask = isinstance(mask, torch.Tensor) and mask.is_floating_point()
         _no_grad_check((q, k, v) + ((mask,) if float_mask else ()), "scaled_dot_product_attention"
                        " inputs")
+        if not is_causal and self._causal_mask(mask, q, k):
+            mask, is_causal = None, True  # what the model means (eager transformers says so)
         device = q.device
         from ..kernels import get_scheme
         from ..kernels.device import wants_device
