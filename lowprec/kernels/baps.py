@@ -166,6 +166,17 @@ def restart_threshold(tau: int) -> float:
         1.0625
     """
     tau = check_int(tau, "tau", 0, what="a non-negative int")
+    thr = _THRESHOLDS.get(tau)
+    if thr is None:
+        thr = _THRESHOLDS[tau] = _threshold_search(tau)
+    return thr
+
+
+_THRESHOLDS: dict[int, float] = {}  # tau -> threshold (a call searched 31 quantizations)
+
+
+def _threshold_search(tau: int) -> float:
+    """Bisection over float32 bit patterns for :func:`restart_threshold`."""
     lo, hi = np.uint32(0), np.uint32(F32_EXP)  # bits of +0 and +inf
 
     def over(bits) -> bool:
