@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-SCHEMES = ("intattention", "quant_only", "index_softmax_only")
+SCHEMES = ("intattention", "quant_only", "index_softmax_only", "ivit", "ibert")
 
 
 def _bits(t):
@@ -137,6 +137,10 @@ def main(argv=None) -> int:
                     opts = {"granularity": "per_block"}
                 if scheme == "intattention" and kind == "gqa":
                     opts = {"deploy": True}
+                if scheme == "ivit" and kind == "causal":
+                    opts = {"logit_bits": None, "out_bits": 8}
+                if scheme == "ibert" and kind == "causal_pad":
+                    opts = {"logit_bits": 8, "scale_scope": "tensor"}
                 try:
                     r = case(scheme, L, a.heads, kind, opts=opts)
                 except Exception as e:  # reported, the others still run

@@ -26,7 +26,7 @@ from lowprec.kernels.device import attention_device, force_engine  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
 DEVICE = "cuda" if HAS_CUDA else "cpu"
-SCHEMES = ["intattention", "quant_only", "index_softmax_only"]
+SCHEMES = ["intattention", "quant_only", "index_softmax_only", "ivit", "ibert"]
 
 
 def on_device():
@@ -119,7 +119,7 @@ def test_causal_lq_greater_than_lk_and_dtypes(scheme):
     """Causal Lq > Lk (rows that see no key), bfloat16 and float64 inputs, 2-D inputs."""
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=48, Lk=24, seed=2, dtype=torch.bfloat16)
     st = both(q, k, v, scheme, causal=True)[1]
-    assert st.empty_rows > 0 or scheme == "quant_only"
+    assert st.empty_rows > 0 or scheme in ("quant_only", "ivit", "ibert")
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=20, Lk=33, seed=3, dtype=torch.float64)
     both(q, k, v, scheme, scale=0.3)
     both(q[0, 0], k[0, 0], v[0, 0], scheme, causal=True)
@@ -202,6 +202,67 @@ def test_empty_shapes(scheme):
     both(q, k, v, scheme)
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=4, Lk=0, seed=11)
     both(q, k, v, scheme)
+
+
+@pytest.mark.parametrize("scheme,opts", [
+    ("ivit", dict(logit_bits=None, out_bits=8)), ("ivit", dict(scale_scope="tensor")),
+    ("ivit", dict(logit_bits=5, out_bits=12)), ("ibert", dict(logit_bits=8)),
+    ("ibert", dict(out_bits=16, scale_scope="tensor")),
+])
+def test_baselines_options(scheme, opts):
+    """ivit / ibert options that change the arithmetic (fine int32 logits whose sums clamp at
+    2**31, 8-bit and 5-bit logits, output bits, one group for the whole tensor), causal with a
+    boolean mask (a row that sees no key) and an additive one."""
+    q, k, v = qkv(seed=13)
+    am, add = masks(seed=14)
+    st = both(q, k, v, scheme, causal=True, attn_mask=am, **opts)[1]
+    assert st.zero_outputs > 0
+    st = both(q, k, v, scheme, attn_mask=add, **opts)[1]
+    if scheme == "ivit" and opts.get("logit_bits", 8) is None:
+        assert st.unnormalized_rows > 0
+
+
+def test_baselines_flat_rows_tiny_units_and_clamped_sums():
+    """ibert: q = 0 makes every logit 0 (flat rows, e = max e everywhere); tiny q and k a
+    logit unit below the float32 range (the unit-1 fallback); ivit with one key per row, and
+    fine int32 logits on 200 keys whose sums clamp at 2**31 (sum_clamped)."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=1, Lq=24, Lk=24, seed=15)
+    both(q * 0, k, v, "ibert")
+    both(q * 1e-30, k * 1e-30, v, "ibert", causal=True)
+    both(q, k[..., :1, :], v[..., :1, :], "ivit")
+    q, k, v = qkv(Z=1, Hq=2, Hkv=1, Lq=8, Lk=200, seed=15, amp=0.5)
+    st = both(q, k, v, "ivit", logit_bits=None, out_bits=8)[1]
+    assert st.sum_clamped > 0
+
+
+@pytest.mark.parametrize("case", ["exact", "logit_bits", "out_bits", "scale", "nan_k",
+                                  "ibert_coarse"])
+def test_baselines_errors(case):
+    """ivit / ibert raise the CPU's errors; exact=True has no device path (its own error,
+    naming the CPU path)."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=8, Lk=8, seed=16)
+    scheme, kw = "ivit", {}
+    if case == "exact":
+        scheme, kw = "ibert", {"exact": True}
+    elif case == "logit_bits":
+        kw = {"logit_bits": 1, "exact": True}
+    elif case == "out_bits":
+        scheme, kw = "ibert", {"out_bits": 17}
+    elif case == "scale":
+        kw = {"scale": 0.0}
+    elif case == "nan_k":
+        k[0, 1, 3, 2] = torch.inf
+    else:
+        scheme, kw = "ibert", {"scale": 1e6}
+    with on_device(), pytest.raises((ValueError, TypeError)) as e2:
+        lp.attention(dev(q), dev(k), dev(v), scheme, **kw)
+    if case == "exact":
+        assert "no device path" in str(e2.value) and "CPU" in str(e2.value)
+        lp.attention(q, k, v, scheme, **kw)  # the CPU path runs it
+        return
+    with pytest.raises(type(e2.value)) as e1:
+        lp.attention(q, k, v, scheme, **kw)
+    assert str(e1.value) == str(e2.value)
 
 
 def test_emulate_device_path():
