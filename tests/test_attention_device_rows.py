@@ -26,7 +26,7 @@ from lowprec.kernels.device import attention_device, force_engine  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
 DEVICE = "cuda" if HAS_CUDA else "cpu"
-SCHEMES = ["intattention", "quant_only", "index_softmax_only", "ivit", "ibert"]
+SCHEMES = ["intattention", "quant_only", "index_softmax_only", "ivit", "ibert", "hccs"]
 
 
 def on_device():
@@ -119,7 +119,7 @@ def test_causal_lq_greater_than_lk_and_dtypes(scheme):
     """Causal Lq > Lk (rows that see no key), bfloat16 and float64 inputs, 2-D inputs."""
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=48, Lk=24, seed=2, dtype=torch.bfloat16)
     st = both(q, k, v, scheme, causal=True)[1]
-    assert st.empty_rows > 0 or scheme in ("quant_only", "ivit", "ibert")
+    assert st.empty_rows > 0 or scheme in ("quant_only", "ivit", "ibert", "hccs")
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=20, Lk=33, seed=3, dtype=torch.float64)
     both(q, k, v, scheme, scale=0.3)
     both(q[0, 0], k[0, 0], v[0, 0], scheme, causal=True)
@@ -262,6 +262,61 @@ def test_baselines_errors(case):
         return
     with pytest.raises(type(e2.value)) as e1:
         lp.attention(q, k, v, scheme, **kw)
+    assert str(e1.value) == str(e2.value)
+
+
+def hccs_params(B, S, Dmax, x_scale, n=56):
+    from lowprec.kernels.hccs import HccsParams
+
+    return HccsParams(B=B, S=S, Dmax=Dmax, x_scale=x_scale, n=n)
+
+
+@pytest.mark.parametrize("opts", [
+    dict(path="i8_div", out_shift=2), dict(path="i8_clb"), dict(dequant="rowsum"),
+    dict(scale_scope="tensor", path="i8_clb", clb_T=128),
+])
+def test_hccs_given_params(opts):
+    """hccs with given per-head parameters (logits clamped by a small x_scale:
+    logit_saturated), every output path and option, causal with a boolean mask and an
+    additive one; one set broadcast over the heads as a dict."""
+    q, k, v = qkv(seed=17)
+    am, add = masks(seed=18)
+    p = hccs_params([400, 380, 300, 410], [10, 5, 3, 2], [20, 30, 40, 60],
+                    [0.05, 0.04, 0.03, 0.06])
+    st = both(q, k, v, "hccs", causal=True, attn_mask=am, params=p, **opts)[1]
+    assert st.logit_saturated > 0 and st.clipped > 0
+    one = hccs_params([500], [4], [50], [0.1]).to_dict()
+    both(q, k, v, "hccs", attn_mask=add, params=one, **opts)
+
+
+def test_hccs_hazards():
+    """i8_clb saturation (a dominant key: clipped keys give s = 5), the i8_div reciprocal
+    beyond int16 (causal Lq = Lk: the first row sees one key, Z = B < 256), parameters
+    checked for another row length."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=1, Lq=56, Lk=56, seed=19)
+    q = q.abs()
+    k[..., 0, :] = 6.0  # key 0 dominates every row
+    p = hccs_params([585], [10], [58], [0.4])
+    st = both(q, k, v, "hccs", params=p, path="i8_clb")[1]
+    assert st.out_saturated > 0
+    st = both(q, k, v, "hccs", causal=True, params=hccs_params([200], [2], [40], [0.05]),
+              path="i8_div")[1]
+    assert st.rho_int16_overflow > 0
+    both(q[..., :30, :], k[..., :30, :], v[..., :30, :], "hccs",
+         params=hccs_params([500], [2], [50], [0.05], n=64))
+
+
+@pytest.mark.parametrize("case", ["heads", "n", "path", "out_shift", "params_type"])
+def test_hccs_errors(case):
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=8, Lk=8, seed=20)
+    kw = {"heads": dict(params=hccs_params([500] * 3, [2] * 3, [50] * 3, [0.1] * 3, n=32)),
+          "n": dict(params=hccs_params([500], [9], [53], [0.1], n=32)),
+          "path": dict(path="i4"), "out_shift": dict(path="i16_div", out_shift=1),
+          "params_type": dict(params=[1, 2])}[case]
+    with pytest.raises((ValueError, TypeError)) as e1:
+        lp.attention(q, k, v, "hccs", **kw)
+    with on_device(), pytest.raises(type(e1.value)) as e2:
+        lp.attention(dev(q), dev(k), dev(v), "hccs", **kw)
     assert str(e1.value) == str(e2.value)
 
 
