@@ -149,6 +149,8 @@ def main(argv=None) -> int:
                     opts = {"logit_bits": None, "out_bits": 8}
                 if scheme == "ibert" and kind == "causal_pad":
                     opts = {"logit_bits": 8, "scale_scope": "tensor"}
+                if scheme in ("ivit", "ibert") and kind == "gqa":
+                    opts = {"exact": True}
                 if scheme == "hccs" and kind in ("causal", "gqa"):
                     opts = {"params": _hccs_params(L), "path": "i8_div" if kind == "gqa"
                             else "i16_div"}

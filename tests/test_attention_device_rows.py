@@ -207,7 +207,9 @@ def test_empty_shapes(scheme):
 @pytest.mark.parametrize("scheme,opts", [
     ("ivit", dict(logit_bits=None, out_bits=8)), ("ivit", dict(scale_scope="tensor")),
     ("ivit", dict(logit_bits=5, out_bits=12)), ("ibert", dict(logit_bits=8)),
-    ("ibert", dict(out_bits=16, scale_scope="tensor")),
+    ("ibert", dict(out_bits=16, scale_scope="tensor")), ("ivit", dict(exact=True)),
+    ("ivit", dict(exact=True, logit_bits=None, out_bits=8)), ("ibert", dict(exact=True)),
+    ("ibert", dict(exact=True, logit_bits=6, out_bits=12, scale_scope="tensor")),
 ])
 def test_baselines_options(scheme, opts):
     """ivit / ibert options that change the arithmetic (fine int32 logits whose sums clamp at
@@ -238,12 +240,13 @@ def test_baselines_flat_rows_tiny_units_and_clamped_sums():
 @pytest.mark.parametrize("case", ["exact", "logit_bits", "out_bits", "scale", "nan_k",
                                   "ibert_coarse"])
 def test_baselines_errors(case):
-    """ivit / ibert raise the CPU's errors; exact=True has no device path (its own error,
-    naming the CPU path)."""
+    """ivit / ibert raise the CPU's errors (exact=True: a scale too small for I-BERT's int64
+    polynomial)."""
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=8, Lk=8, seed=16)
     scheme, kw = "ivit", {}
-    if case == "exact":
+    if case == "exact":  # a logit unit too fine for I-BERT's int64 polynomial
         scheme, kw = "ibert", {"exact": True}
+        q, k = q * 1e-4, k * 1e-4
     elif case == "logit_bits":
         kw = {"logit_bits": 1, "exact": True}
     elif case == "out_bits":
@@ -256,10 +259,6 @@ def test_baselines_errors(case):
         scheme, kw = "ibert", {"scale": 1e6}
     with on_device(), pytest.raises((ValueError, TypeError)) as e2:
         lp.attention(dev(q), dev(k), dev(v), scheme, **kw)
-    if case == "exact":
-        assert "no device path" in str(e2.value) and "CPU" in str(e2.value)
-        lp.attention(q, k, v, scheme, **kw)  # the CPU path runs it
-        return
     with pytest.raises(type(e2.value)) as e1:
         lp.attention(q, k, v, scheme, **kw)
     assert str(e1.value) == str(e2.value)
@@ -318,6 +317,23 @@ def test_hccs_errors(case):
     with on_device(), pytest.raises(type(e1.value)) as e2:
         lp.attention(dev(q), dev(k), dev(v), "hccs", **kw)
     assert str(e1.value) == str(e2.value)
+
+
+def test_mul_shift_rne_matches_cpu():
+    """The device's 93-bit ``RNE(z m / 2**k)`` of exact I-BERT equals the CPU kernel's on
+    every branch (k <= 0, 1..31, > 31, beyond 94 bits, saturation, ties)."""
+    from lowprec.kernels._baselines_exact import _mul_shift_rne
+    from lowprec.kernels.baselines_device import mul_shift_rne
+
+    rng = np.random.default_rng(0)
+    z = np.concatenate([rng.integers(0, 2**62, 400), rng.integers(0, 2**20, 400),
+                        [0, 1, 3, 2**31, 2**40 + 2**9, 5 * 2**33]]).astype(np.int64)
+    ks = np.concatenate([rng.integers(-40, 130, z.size - 6), [0, 1, 2, 10, 33, 100]])
+    for m in (0, 1, 2**30 + 12345, 2**31, 1717986918):
+        want = np.array([_mul_shift_rne(np.int64(a), np.int64(m), int(b))
+                         for a, b in zip(z, ks, strict=True)])
+        got = mul_shift_rne(dev(torch.from_numpy(z)), m, dev(torch.from_numpy(ks))).cpu()
+        np.testing.assert_array_equal(got.numpy(), want)
 
 
 def test_emulate_device_path():

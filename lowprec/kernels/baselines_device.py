@@ -1,5 +1,5 @@
-"""Device paths of :mod:`.baselines`' attention schemes ``ivit`` and ``ibert`` (float32 order,
-``exact=False``): the CPU pipeline (:func:`.baselines._int8_attention` around
+"""Device paths of :mod:`.baselines`' attention schemes ``ivit`` and ``ibert`` (the float32
+order and ``exact=True``): the CPU pipeline (:func:`.baselines._int8_attention` around
 :mod:`._surrogate`) step by step in torch operations on the tensors' device, bit-identical to
 the CPU path with equal statistics (docs/design.md "Row-wise schemes on the device").
 
@@ -23,8 +23,12 @@ row sums of ``e`` are float32 sums left to right (:func:`lowprec.gpu.rowsum.seq_
 CPU's order; the CPU's exact shortcut for totals up to ``2**24`` gives the same value).  No
 transcendental function and no float GEMM whose order matters: bit-identical by construction.
 
-``exact=True`` (the exact integer evaluation) has no device path: it raises a ValueError that
-names the CPU path.
+``exact=True`` (``_baselines_exact``): ``RNE(x / s)`` as a float64 division, every other step
+in int64 (floor divisions, arithmetic shifts by per-entry amounts, I-ViT's saturating sum as a
+sum of terms clamped to ``2**31 - 1``, I-BERT's 93-bit ``RNE(z m31 / 2**k)`` in two 31-bit
+halves: :func:`mul_shift_rne`); its range check reads back the largest finite ``|x|`` per
+entry (every entry, masked ones too, as the CPU), I-BERT's ``max(z 2**(n - q))`` is an earlier
+pass (float64, as the CPU).  Exact by construction.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ from ._baselines_exact import (
     _C_REQ,
     _C_SUM,
     _C_ZERO,
+    _LOW31,
     _NCOUNT,
     IBERT_E16_MAX,
+    IVIT_SUM_MAX,
 )
 from ._check import check_bool, check_choice
 from ._int8 import check_positive_scale, unnormalized
@@ -52,10 +58,12 @@ from .baselines import (
     IVIT_ATTN_OUT_BITS,
     IVIT_N,
     BaselineStats,
+    _check_exact_range,
     _check_logit_bits,
     _check_out_bits,
     _check_scale,
     _div_py,
+    _floor_frac,
     _frexp_multiplier,
     _ibert_consts,
     _stats_from,
@@ -66,12 +74,6 @@ from .device_rows import DeviceProblem, chunks, quantize_problem
 from .problem import SCALE_SCOPES
 
 _IVIT, _IBERT = "ivit", "ibert"
-
-
-def _exact_refused(name: str) -> ValueError:
-    return ValueError(
-        f"{name} with exact=True has no device path; run it on the CPU path (lp.attention "
-        "with CPU tensors), or use exact=False (the float32 order) on the device")
 
 
 class _Consts:
@@ -236,11 +238,9 @@ def _attention(dp: DeviceProblem, return_stats: bool, name: str, out_bits, exact
     ex = check_bool(exact, "exact")
     lb = _check_logit_bits(logit_bits)
     scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
-    if ex:
-        raise _exact_refused(name)
     check_positive_scale(dp.scale, "I-ViT / I-BERT", "the integer softmax takes logits in "
                          "units of s_q s_k scale > 0")
-    B, Lk, dev = dp.B, dp.Lk, dp.device
+    B, dev = dp.B, dp.device
     unit = ivit_scale(ob) if name == _IVIT else ibert_scale(ob)
     qz = quantize_problem(dp, "per_tensor", 128, scope)
     group = _groups(dp, scope)
@@ -267,6 +267,17 @@ def _attention(dp: DeviceProblem, return_stats: bool, name: str, out_bits, exact
         req = (torch.from_numpy(s_x.astype(np.float64)).to(dev), float(qmax))
         s_in = s_x
     s_in = np.where(s_in > 0, s_in, np.float32(1.0)).astype(np.float32)
+    run = _exact_rows if ex else _f32_rows
+    y_of, counts = run(dp, qz, name, group, s_in, s_row, req, ob)
+    return _finish(dp, qz, unit, y_of, counts, return_stats)
+
+
+def _f32_rows(dp: DeviceProblem, qz, name: str, group, s_in, s_row, req, ob: int):
+    """The float32-order surrogate: its group constants (host, the CPU's checks in group
+    order) and earlier passes; returns ``(y_of(g0, g1, r0, r1) -> y, counts)``."""
+    import torch
+
+    B, dev = dp.B, dp.device
     first, kc = {}, {}  # the checks and constants once per group, in group order
     for b in range(B):
         if group[b] not in first:
@@ -305,22 +316,199 @@ def _attention(dp: DeviceProblem, return_stats: bool, name: str, out_bits, exact
                 mm, sh = _frexp_multiplier(float(s_e) / float(s16))
                 m31[sel], inv[sel] = float(mm), math.ldexp(1.0, -sh)
         m31_t, inv_t = torch.from_numpy(m31).to(dev), torch.from_numpy(inv).to(dev)
+
+    def y_of(g0, g1, r0, r1):
+        x, vis, ent = _logits(dp, qz, g0, g1, r0, r1, s_row, req)
+        use = _use(x, vis)
+        if name == _IVIT:
+            return _ivit_rows(x, use, cst, ent, pow2, ob, counts)
+        e, ok, good, empty, bad, ncl = _ibert_e(x, use, cst, ent, pow2)
+        counts[_C_EMPTY] += empty.sum()
+        counts[_C_NAN] += bad.sum()
+        counts[_C_FLOOR] += ncl
+        return _ibert_norm(e, ok, good, ent, m31_t, inv_t, ob, counts)
+
+    return y_of, counts
+
+
+def _shl(a, k):
+    """``a << k`` (int64 tensors; ``k`` clamped to ``[0, 63]``: the callers select the
+    entries where it is in range)."""
+    return torch_shift(a, k, left=True)
+
+
+def torch_shift(a, k, left: bool):
+    """``a << k`` or ``a >> k`` (arithmetic) with ``k`` clamped to ``[0, 63]``."""
+    import torch
+
+    k = torch.clamp(k, 0, 63) if not isinstance(k, int) else min(max(k, 0), 63)
+    return torch.bitwise_left_shift(a, k) if left else torch.bitwise_right_shift(a, k)
+
+
+def _pow2_f64(k):
+    """float64 ``2**k`` of an int64 tensor, built from its bits (k clamped to the normal
+    range ``[-1022, 1023]``)."""
+    import torch
+
+    kk = torch.clamp(k, -1022, 1023)
+    return ((kk + 1023) << 52).view(torch.float64)
+
+
+def mul_shift_rne(z, m: int, k):
+    """``_baselines_exact._mul_shift_rne`` on int64 tensors: ``RNE(z * m / 2**k)`` exactly for
+    ``0 <= z < 2**62``, ``0 <= m <= 2**31`` and int64 ``k`` (the 93-bit product in two
+    31-bit halves; results above about ``2**50`` are ``2**62``)."""
+    import torch
+
+    low31 = _LOW31
+    sat = (z.double() * float(m)) * _pow2_f64(-k) > 2.0**50
+    zh, zl = z >> 31, z & low31
+    hi, lo = zh * m, zl * m
+    r0 = _shl(_shl(hi, torch.full_like(k, 31)) + lo, -k)  # k <= 0
+    k1 = torch.clamp(k, 1, 31)
+    q1 = _shl(hi, 31 - k1) + torch_shift(lo, k1, left=False)
+    rem = lo & (_shl(torch.ones_like(k1), k1) - 1)
+    half = _shl(torch.ones_like(k1), k1 - 1)
+    q1 = q1 + ((rem > half) | ((rem == half) & ((q1 & 1) == 1))).to(torch.int64)
+    c = hi + (lo >> 31)
+    low = lo & low31
+    kk = torch.clamp(k - 31, 1, 62)
+    q2 = torch_shift(c, kk, left=False)
+    rh = c & (_shl(torch.ones_like(kk), kk) - 1)
+    hh = _shl(torch.ones_like(kk), kk - 1)
+    q2 = q2 + ((rh > hh) | ((rh == hh) & ((low > 0) | ((q2 & 1) == 1)))).to(torch.int64)
+    q2 = torch.where(k - 31 >= 63, 0, q2)
+    v = torch.where(k <= 0, r0, torch.where(k <= 31, q1, q2))
+    v = torch.where(sat, 2**62, v)
+    return torch.where((z == 0) | (m == 0), 0, v)
+
+
+def _exact_scan(x, use, s64):
+    """``(xi = RNE(x / s) int64, row max m, used entries, good, empty, bad rows)``."""
+    import torch
+
+    cnt = use.sum(dim=1)
+    bad = (use & ~(x < math.inf)).any(dim=1) & (cnt > 0)
+    good = (cnt > 0) & ~bad
+    ok = use & good[:, None]
+    xi = torch.where(ok, (x.double() / s64[:, None]).round(), 0.0).to(torch.int64)
+    m = torch.where(ok, xi, -(2**62)).amax(dim=1)
+    m = torch.where(good, m, 0)
+    return torch.where(ok, xi, m[:, None]), m, ok, good, cnt == 0, bad
+
+
+def _exact_rows(dp: DeviceProblem, qz, name: str, group, s_in, s_row, req, ob: int):
+    """The exact integer surrogate (``exact=True``, ``_baselines_exact``): the group checks
+    and constants in the CPU's order (``_check_scale``, ``_ibert_consts``,
+    ``_check_exact_range`` on the group's largest finite ``|x|``, read back per entry), I-BERT's
+    ``max e`` in an earlier pass; returns ``(y_of(chunk) -> y, counts)``."""
+    import torch
+
+    B, dev = dp.B, dp.device
+    amax = torch.zeros(B, dtype=torch.float32, device=dev)
+    for g0, g1, r0, r1 in chunks(dp):  # pass: the largest finite |x| (every entry, as the CPU)
+        x, _, ent = _logits(dp, qz, g0, g1, r0, r1, s_row, req)
+        a = torch.where(torch.isfinite(x), x.abs(), 0.0).amax(dim=1)
+        amax = amax.scatter_reduce(0, ent, a, reduce="amax")
+    am = _per_group(amax.cpu().numpy(), group, np.max)
+    first, kc = {}, {}
+    for b in range(B):
+        g = group[b]
+        if g in first:
+            continue
+        first[g] = sg = _check_scale(float(s_in[b]))
+        if name == _IBERT:
+            kc[g] = _ibert_consts(sg, True)
+        _check_exact_range(np.array([am[b]], np.float32), sg)
+        if name == _IVIT:
+            kc[g] = (_floor_frac(-1.0, sg),)
+    s64 = torch.from_numpy(np.array([float(first[g]) for g in group])).to(dev)
+    cols = list(zip(*(kc[g] for g in group), strict=True))
+    k_t = [torch.tensor([int(v) for v in col], dtype=torch.int64, device=dev) for col in cols]
+    counts = torch.zeros(_NCOUNT, dtype=torch.int64, device=dev)
+    n = IVIT_N if name == _IVIT else IBERT_N
+    sh_out = 32 - ob
+
+    def first_pass(g0, g1, r0, r1):
+        x, vis, ent = _logits(dp, qz, g0, g1, r0, r1, s_row, req)
+        xi, m, ok, good, empty, bad = _exact_scan(x, _use(x, vis), s64[ent])
+        x0 = k_t[0][ent][:, None]
+        t = xi - m[:, None]
+        if name == _IVIT:
+            t = t + (t >> 1) - (t >> 4)
+        cl = t < n * x0
+        t = torch.where(cl, n * x0, t)
+        q = torch.div(t, x0, rounding_mode="floor")
+        rr = t - x0 * q
+        return ent, ok, good, empty, bad, (cl & ok).sum(), q, rr
+
+    if name == _IBERT:
+        emax = torch.full((B,), -1.0, dtype=torch.float64, device=dev)
+        for g0, g1, r0, r1 in chunks(dp):  # pass: max z 2**(n - q) per entry, then group
+            ent, ok, _, _, _, _, q, rr = first_pass(g0, g1, r0, r1)
+            zz = torch.clamp(rr * (rr + k_t[1][ent][:, None]) + k_t[2][ent][:, None], min=0)
+            ev = torch.where(ok, zz.double() * _pow2_f64(n - q), -1.0)
+            emax = emax.scatter_reduce(0, ent, ev.amax(dim=1), reduce="amax")
+        em = _per_group(emax.cpu().numpy(), group, np.max)
+        mult = {}
+        for b in range(B):
+            if group[b] not in mult:
+                mult[group[b]] = _frexp_multiplier(IBERT_E16_MAX / float(em[b])) \
+                    if em[b] > 0 else (0, 0)
+        m31_ent = torch.tensor([mult[g][0] for g in group], dtype=torch.int64, device=dev)
+        sh_ent = torch.tensor([mult[g][1] for g in group], dtype=torch.int64, device=dev)
+
+    def y_of(g0, g1, r0, r1):
+        ent, ok, good, empty, bad, ncl, q, rr = first_pass(g0, g1, r0, r1)
+        counts[_C_EMPTY] += empty.sum()
+        counts[_C_NAN] += bad.sum()
+        counts[_C_FLOOR] += ncl
+        if name == _IVIT:
+            x0 = k_t[0][ent][:, None]
+            w = rr - 2 * x0
+            k = n - q
+            ev = torch.where(k >= 1, _shl(w, k - 1), torch_shift(w, 1 - k, left=False))
+            e = torch.where(ok, torch.clamp(ev, min=0), 0)
+            z = torch.clamp(e, max=IVIT_SUM_MAX).sum(dim=1)
+            sc = z >= IVIT_SUM_MAX
+            z = torch.clamp(z, max=IVIT_SUM_MAX)
+            counts[_C_SUM] += (sc & good).sum()
+            live = good
+            f = torch.div(torch.full_like(z, 2**31), torch.clamp(z, min=1), rounding_mode="floor")
+        else:
+            zz = torch.clamp(rr * (rr + k_t[1][ent][:, None]) + k_t[2][ent][:, None], min=0)
+            live = good & (m31_ent[ent] > 0)
+            m31 = m31_ent[ent][:, None]
+            v = torch.zeros_like(zz)
+            for mv in torch.unique(m31_ent).tolist():  # the multiplier is one per group
+                sel = m31 == mv
+                vv = mul_shift_rne(zz, int(mv), sh_ent[ent][:, None] - (n - q))
+                v = torch.where(sel, vv, v)
+            req_n = ok & live[:, None] & (v > IBERT_E16_MAX)
+            counts[_C_REQ] += req_n.sum()
+            e = torch.where(ok, torch.clamp(v, max=IBERT_E16_MAX), 0)
+            z = e.sum(dim=1)
+            f = torch.div(torch.full_like(z, 2**32), torch.clamp(z, min=1), rounding_mode="floor")
+        y = torch.where(ok, (e * f[:, None]) >> sh_out, 0)
+        counts[_C_ZERO] += (ok & live[:, None] & (y == 0)).sum()
+        return torch.where(live[:, None], y.to(torch.float32), math.nan)
+
+    return y_of, counts
+
+
+def _finish(dp: DeviceProblem, qz, unit: float, y_of, counts, return_stats: bool):
+    """The exact ``O = P v8`` of the surrogate's rows ``y_of(chunk)`` (NaN rows out NaN),
+    ``fl32(O (s_v unit))`` and the statistics."""
+    import torch
+
+    B, Lk, dev = dp.B, dp.Lk, dp.device
     out = torch.empty((B, dp.Lq, dp.dv), dtype=torch.float32, device=dev)
     rowsum = torch.zeros((B, dp.Lq), dtype=torch.float64, device=dev)
     badrows = torch.zeros((B, dp.Lq), dtype=torch.bool, device=dev)
     sv_unit = qz.sv.double() * unit
     for g0, g1, r0, r1 in chunks(dp):
         gh, rows = g1 - g0, r1 - r0
-        x, vis, ent = _logits(dp, qz, g0, g1, r0, r1, s_row, req)
-        use = _use(x, vis)
-        if name == _IVIT:
-            y = _ivit_rows(x, use, cst, ent, pow2, ob, counts)
-        else:
-            e, ok, good, empty, bad, ncl = _ibert_e(x, use, cst, ent, pow2)
-            counts[_C_EMPTY] += empty.sum()
-            counts[_C_NAN] += bad.sum()
-            counts[_C_FLOOR] += ncl
-            y = _ibert_norm(e, ok, good, ent, m31_t, inv_t, ob, counts)
+        y = y_of(g0, g1, r0, r1)
         nan = torch.isnan(y[:, 0])
         P = torch.where(nan[:, None], 0.0, y).double()
         rowsum[g0:g1, r0:r1] = P.sum(dim=1).reshape(gh, rows)
@@ -340,14 +528,14 @@ def ivit_attention(dp: DeviceProblem, return_stats: bool, out_bits: int = IVIT_A
                    exact: bool = False, logit_bits=IVIT_ATTN_LOGIT_BITS,
                    scale_scope: str = "visible"):
     """Scheme ``ivit`` on the device (``baselines._ivit_attention``'s options, checks,
-    messages and statistics; ``exact=True`` is refused: CPU path only)."""
+    messages and statistics, ``exact=True`` included)."""
     return _attention(dp, return_stats, _IVIT, out_bits, exact, logit_bits, scale_scope)
 
 
 def ibert_attention(dp: DeviceProblem, return_stats: bool, out_bits: int = 8,
                     exact: bool = False, logit_bits=None, scale_scope: str = "visible"):
     """Scheme ``ibert`` on the device (``baselines._ibert_attention``'s options, checks,
-    messages and statistics; ``exact=True`` is refused: CPU path only)."""
+    messages and statistics, ``exact=True`` included)."""
     return _attention(dp, return_stats, _IBERT, out_bits, exact, logit_bits, scale_scope)
 
 
