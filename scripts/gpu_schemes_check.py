@@ -20,7 +20,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-SCHEMES = ("intattention", "quant_only", "index_softmax_only", "ivit", "ibert", "hccs")
+SCHEMES = ("intattention", "quant_only", "index_softmax_only", "ivit", "ibert", "hccs",
+           "qflash")
 
 
 def _bits(t):
@@ -151,6 +152,8 @@ def main(argv=None) -> int:
                     opts = {"logit_bits": 8, "scale_scope": "tensor"}
                 if scheme in ("ivit", "ibert") and kind == "gqa":
                     opts = {"exact": True}
+                if scheme == "qflash" and kind == "gqa":
+                    opts = {"division": True, "scale_scope": "tensor"}
                 if scheme == "hccs" and kind in ("causal", "gqa"):
                     opts = {"params": _hccs_params(L), "path": "i8_div" if kind == "gqa"
                             else "i16_div"}

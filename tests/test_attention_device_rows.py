@@ -26,7 +26,8 @@ from lowprec.kernels.device import attention_device, force_engine  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
 DEVICE = "cuda" if HAS_CUDA else "cpu"
-SCHEMES = ["intattention", "quant_only", "index_softmax_only", "ivit", "ibert", "hccs"]
+SCHEMES = ["intattention", "quant_only", "index_softmax_only", "ivit", "ibert", "hccs",
+           "qflash"]
 
 
 def on_device():
@@ -119,7 +120,7 @@ def test_causal_lq_greater_than_lk_and_dtypes(scheme):
     """Causal Lq > Lk (rows that see no key), bfloat16 and float64 inputs, 2-D inputs."""
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=48, Lk=24, seed=2, dtype=torch.bfloat16)
     st = both(q, k, v, scheme, causal=True)[1]
-    assert st.empty_rows > 0 or scheme in ("quant_only", "ivit", "ibert", "hccs")
+    assert scheme in ("quant_only", "ivit", "ibert", "hccs", "qflash") or st.empty_rows > 0
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=20, Lk=33, seed=3, dtype=torch.float64)
     both(q, k, v, scheme, scale=0.3)
     both(q[0, 0], k[0, 0], v[0, 0], scheme, causal=True)
@@ -334,6 +335,62 @@ def test_mul_shift_rne_matches_cpu():
                          for a, b in zip(z, ks, strict=True)])
         got = mul_shift_rne(dev(torch.from_numpy(z)), m, dev(torch.from_numpy(ks))).cpu()
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("opts", [dict(block_k=16), dict(division=True, block_k=24),
+                                  dict(scale_scope="tensor", m_init=-(1 << 21))])
+def test_qflash_options(opts):
+    """qflash's options (key tiles with a partial last tile, ShiftExp2 by division, one scale
+    set per tensor, the paper's m_init), causal with a boolean mask and an additive one."""
+    q, k, v = qkv(seed=21)
+    am, add = masks(seed=22)
+    st = both(q, k, v, "qflash", causal=True, attn_mask=am, **opts)[1]
+    assert st.total_rescales > 0
+    both(q, k, v, "qflash", attn_mask=add, **opts)
+
+
+def test_qflash_hazards():
+    """Every hazard path of QFlash equal on the device: exp_M = 0 (small amplitude),
+    overflowing x exp_M (large), int32, requant and output wraps (extreme m_init, ShiftExp2 by
+    multiply-shift and by division), negative weights (amplitude 16, d = 32),
+    rows whose scores all lie below m_init (q = 1, k = -1, d = 128)."""
+    rng = np.random.default_rng(23)
+    shape = (1, 2, 49, 32)
+    small = [torch.from_numpy(rng.uniform(-0.3, 0.3, shape).astype(np.float32))
+             for _ in range(3)]
+    assert both(*small, "qflash")[1].exp_M_zero == 1
+    big = [torch.from_numpy(rng.uniform(-64, 64, shape).astype(np.float32)) for _ in range(3)]
+    st = both(*big, "qflash", causal=True)[1]
+    assert st.total_exp_overflows > 0
+    st = both(*big, "qflash", m_init=2**31 - 1)[1]  # m - m_new wraps, P8 and outputs wrap
+    assert st.total_int32_wraps > 0 and st.total_requant_wraps > 0 and st.total_output_wraps
+    st = both(*big, "qflash", m_init=-(2**31), division=True)[1]
+    assert st.total_int32_wraps > 0
+    rng2 = np.random.default_rng(0)
+    mid = [torch.from_numpy(rng2.uniform(-16, 16, shape).astype(np.float32)) for _ in range(3)]
+    assert both(*mid, "qflash")[1].total_negative_weights > 0
+    q = torch.ones(1, 1, 8, 128)
+    st = both(q, -q, torch.randn(1, 1, 8, 16), "qflash")[1]
+    assert st.total_m_init_rows > 0
+
+
+@pytest.mark.parametrize("case", ["raise_exp_M", "raise_hazards", "on_hazard", "m_init",
+                                  "big_scale", "nan_v"])
+def test_qflash_errors(case):
+    rng = np.random.default_rng(24)
+    amp = {"raise_exp_M": 0.3, "raise_hazards": 64.0}.get(case, 1.0)
+    q, k, v = (torch.from_numpy(rng.uniform(-amp, amp, (1, 2, 20, 32)).astype(np.float32))
+               for _ in range(3))
+    kw = {"raise_exp_M": dict(on_hazard="raise"), "raise_hazards": dict(on_hazard="raise"),
+          "on_hazard": dict(on_hazard="ignore"), "m_init": dict(m_init=0.5),
+          "big_scale": dict(scale=1e9), "nan_v": {}}[case]
+    if case == "nan_v":
+        v[0, 1, 2, 3] = torch.nan
+    with pytest.raises((ValueError, TypeError)) as e1:
+        lp.attention(q, k, v, "qflash", **kw)
+    with on_device(), pytest.raises(type(e1.value)) as e2:
+        lp.attention(dev(q), dev(k), dev(v), "qflash", **kw)
+    assert str(e1.value) == str(e2.value)
 
 
 def test_emulate_device_path():

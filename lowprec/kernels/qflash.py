@@ -882,7 +882,7 @@ register(Scheme(
     _qflash,
     options=("block_k", "m_init", "division", "on_hazard", "scale_scope"), stats=QFlashStats,
     order=40, error_bound=0.2,
-    mask_floor=MASK_FLOOR, noise=lambda o: "int8_tensor",
+    mask_floor=MASK_FLOOR, noise=lambda o: "int8_tensor", device="qflash_device:qflash",
 ))
 
 __all__ = ["QFlashConstants", "QFlashStats", "QFlashHazardError", "host_constants",
