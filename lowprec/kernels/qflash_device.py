@@ -48,10 +48,10 @@ from .qflash import (
     SHIFT_EXP,
     SHIFT_RELEASE,
     QFlashConstants,
-    QFlashHazardError,
     QFlashStats,
     _int32_scalar,
-    _stats_from_counts,
+    check_exp_M,
+    pipeline_stats,
 )
 
 _TWO31 = 1 << 31
@@ -277,11 +277,7 @@ def qflash(dp: DeviceProblem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT
     for e0, e1 in zip(np.r_[0, bounds].tolist(), np.r_[bounds, B].tolist(), strict=True):
         sq, sk, sv = (float(s[e0]) for s in s_ent)
         c = QFlashConstants.from_scales(sq, sk, sv, dp.scale)
-        if on_hazard == "raise" and c.exp_M_zero:
-            raise QFlashHazardError(
-                f"exp_M = round(-s * 2**16) = 0 for score unit s = {c.s:.3g} < 2**-17: "
-                "ShiftExp2 does no range reduction (inputs too small for per-tensor int8 "
-                "QFlash)")
+        check_exp_M(c, on_hazard)
         for name in per:
             per[name][e0:e1] = getattr(c, name)
         sv_h[e0:e1], s_h[e0:e1] = c.s_v, c.s
@@ -297,16 +293,7 @@ def qflash(dp: DeviceProblem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT
     cnt = torch.zeros((B, _NCOUNT), dtype=torch.int64, device=dev)
     for g0, g1, r0, r1 in chunks(dp):
         _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk, m_init, division, cnt, out)
-    st = _stats_from_counts(cnt.cpu().numpy(), zero, None)
-    st.constants = consts
-    if on_hazard == "raise":
-        bad = {k: n for k, n in st.hazards.items() if n}
-        if bad:
-            raise QFlashHazardError(
-                "QFlash integer hazards (attention.md 4): "
-                + ", ".join(f"{k}={n}" for k, n in bad.items())
-                + "; constants " + "; ".join(f"R={d['R']}, exp_M={d['exp_M']}, "
-                                              f"req_M={d['req_M']}" for d in consts))
+    st = pipeline_stats(cnt.cpu().numpy(), zero, consts, on_hazard)
     return out, (st if return_stats else None)
 
 
