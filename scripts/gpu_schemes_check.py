@@ -20,7 +20,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-SCHEMES = ("intattention", "quant_only", "index_softmax_only")
+SCHEMES = ("intattention", "quant_only", "index_softmax_only", "ivit", "ibert", "hccs",
+           "qflash")
 
 
 def _bits(t):
@@ -97,6 +98,14 @@ def case(scheme, L, H, kind, seed=0, opts=None, cpu=True):
     return res
 
 
+def _hccs_params(L):
+    """HCCS parameters valid for rows of ``L`` keys (``B <= 32767 / L``: long rows leave
+    few; ``params=None`` calibrates on the call instead, the other cases)."""
+    b = max(1, 32767 // L)
+    return {"B": [b], "S": [1 if b > 1 else 0], "Dmax": [min(b - 1, 127)], "x_scale": [0.05],
+            "n": L}
+
+
 def sdpa_times(L, H, d=128):
     """torch SDPA fp32 and bf16 at (1, H, L, d), ms (median of 5)."""
     import torch
@@ -137,6 +146,17 @@ def main(argv=None) -> int:
                     opts = {"granularity": "per_block"}
                 if scheme == "intattention" and kind == "gqa":
                     opts = {"deploy": True}
+                if scheme == "ivit" and kind == "causal":
+                    opts = {"logit_bits": None, "out_bits": 8}
+                if scheme == "ibert" and kind == "causal_pad":
+                    opts = {"logit_bits": 8, "scale_scope": "tensor"}
+                if scheme in ("ivit", "ibert") and kind == "gqa":
+                    opts = {"exact": True}
+                if scheme == "qflash" and kind == "gqa":
+                    opts = {"division": True, "scale_scope": "tensor"}
+                if scheme == "hccs" and kind in ("causal", "gqa"):
+                    opts = {"params": _hccs_params(L), "path": "i8_div" if kind == "gqa"
+                            else "i16_div"}
                 try:
                     r = case(scheme, L, a.heads, kind, opts=opts)
                 except Exception as e:  # reported, the others still run

@@ -26,7 +26,8 @@ from lowprec.kernels.device import attention_device, force_engine  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
 DEVICE = "cuda" if HAS_CUDA else "cpu"
-SCHEMES = ["intattention", "quant_only", "index_softmax_only"]
+SCHEMES = ["intattention", "quant_only", "index_softmax_only", "ivit", "ibert", "hccs",
+           "qflash"]
 
 
 def on_device():
@@ -119,7 +120,7 @@ def test_causal_lq_greater_than_lk_and_dtypes(scheme):
     """Causal Lq > Lk (rows that see no key), bfloat16 and float64 inputs, 2-D inputs."""
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=48, Lk=24, seed=2, dtype=torch.bfloat16)
     st = both(q, k, v, scheme, causal=True)[1]
-    assert st.empty_rows > 0 or scheme == "quant_only"
+    assert scheme in ("quant_only", "ivit", "ibert", "hccs", "qflash") or st.empty_rows > 0
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=20, Lk=33, seed=3, dtype=torch.float64)
     both(q, k, v, scheme, scale=0.3)
     both(q[0, 0], k[0, 0], v[0, 0], scheme, causal=True)
@@ -202,6 +203,194 @@ def test_empty_shapes(scheme):
     both(q, k, v, scheme)
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=4, Lk=0, seed=11)
     both(q, k, v, scheme)
+
+
+@pytest.mark.parametrize("scheme,opts", [
+    ("ivit", dict(logit_bits=None, out_bits=8)), ("ivit", dict(scale_scope="tensor")),
+    ("ivit", dict(logit_bits=5, out_bits=12)), ("ibert", dict(logit_bits=8)),
+    ("ibert", dict(out_bits=16, scale_scope="tensor")), ("ivit", dict(exact=True)),
+    ("ivit", dict(exact=True, logit_bits=None, out_bits=8)), ("ibert", dict(exact=True)),
+    ("ibert", dict(exact=True, logit_bits=6, out_bits=12, scale_scope="tensor")),
+])
+def test_baselines_options(scheme, opts):
+    """ivit / ibert options that change the arithmetic (fine int32 logits whose sums clamp at
+    2**31, 8-bit and 5-bit logits, output bits, one group for the whole tensor), causal with a
+    boolean mask (a row that sees no key) and an additive one."""
+    q, k, v = qkv(seed=13)
+    am, add = masks(seed=14)
+    st = both(q, k, v, scheme, causal=True, attn_mask=am, **opts)[1]
+    assert st.zero_outputs > 0
+    st = both(q, k, v, scheme, attn_mask=add, **opts)[1]
+    if scheme == "ivit" and opts.get("logit_bits", 8) is None:
+        assert st.unnormalized_rows > 0
+
+
+def test_baselines_flat_rows_tiny_units_and_clamped_sums():
+    """ibert: q = 0 makes every logit 0 (flat rows, e = max e everywhere); tiny q and k a
+    logit unit below the float32 range (the unit-1 fallback); ivit with one key per row, and
+    fine int32 logits on 200 keys whose sums clamp at 2**31 (sum_clamped)."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=1, Lq=24, Lk=24, seed=15)
+    both(q * 0, k, v, "ibert")
+    both(q * 1e-30, k * 1e-30, v, "ibert", causal=True)
+    both(q, k[..., :1, :], v[..., :1, :], "ivit")
+    q, k, v = qkv(Z=1, Hq=2, Hkv=1, Lq=8, Lk=200, seed=15, amp=0.5)
+    st = both(q, k, v, "ivit", logit_bits=None, out_bits=8)[1]
+    assert st.sum_clamped > 0
+
+
+@pytest.mark.parametrize("case", ["exact", "logit_bits", "out_bits", "scale", "nan_k",
+                                  "ibert_coarse"])
+def test_baselines_errors(case):
+    """ivit / ibert raise the CPU's errors (exact=True: a scale too small for I-BERT's int64
+    polynomial)."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=8, Lk=8, seed=16)
+    scheme, kw = "ivit", {}
+    if case == "exact":  # a logit unit too fine for I-BERT's int64 polynomial
+        scheme, kw = "ibert", {"exact": True}
+        q, k = q * 1e-4, k * 1e-4
+    elif case == "logit_bits":
+        kw = {"logit_bits": 1, "exact": True}
+    elif case == "out_bits":
+        scheme, kw = "ibert", {"out_bits": 17}
+    elif case == "scale":
+        kw = {"scale": 0.0}
+    elif case == "nan_k":
+        k[0, 1, 3, 2] = torch.inf
+    else:
+        scheme, kw = "ibert", {"scale": 1e6}
+    with on_device(), pytest.raises((ValueError, TypeError)) as e2:
+        lp.attention(dev(q), dev(k), dev(v), scheme, **kw)
+    with pytest.raises(type(e2.value)) as e1:
+        lp.attention(q, k, v, scheme, **kw)
+    assert str(e1.value) == str(e2.value)
+
+
+def hccs_params(B, S, Dmax, x_scale, n=56):
+    from lowprec.kernels.hccs import HccsParams
+
+    return HccsParams(B=B, S=S, Dmax=Dmax, x_scale=x_scale, n=n)
+
+
+@pytest.mark.parametrize("opts", [
+    dict(path="i8_div", out_shift=2), dict(path="i8_clb"), dict(dequant="rowsum"),
+    dict(scale_scope="tensor", path="i8_clb", clb_T=128),
+])
+def test_hccs_given_params(opts):
+    """hccs with given per-head parameters (logits clamped by a small x_scale:
+    logit_saturated), every output path and option, causal with a boolean mask and an
+    additive one; one set broadcast over the heads as a dict."""
+    q, k, v = qkv(seed=17)
+    am, add = masks(seed=18)
+    p = hccs_params([400, 380, 300, 410], [10, 5, 3, 2], [20, 30, 40, 60],
+                    [0.05, 0.04, 0.03, 0.06])
+    st = both(q, k, v, "hccs", causal=True, attn_mask=am, params=p, **opts)[1]
+    assert st.logit_saturated > 0 and st.clipped > 0
+    one = hccs_params([500], [4], [50], [0.1]).to_dict()
+    both(q, k, v, "hccs", attn_mask=add, params=one, **opts)
+
+
+def test_hccs_hazards():
+    """i8_clb saturation (a dominant key: clipped keys give s = 5), the i8_div reciprocal
+    beyond int16 (causal Lq = Lk: the first row sees one key, Z = B < 256), parameters
+    checked for another row length."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=1, Lq=56, Lk=56, seed=19)
+    q = q.abs()
+    k[..., 0, :] = 6.0  # key 0 dominates every row
+    p = hccs_params([585], [10], [58], [0.4])
+    st = both(q, k, v, "hccs", params=p, path="i8_clb")[1]
+    assert st.out_saturated > 0
+    st = both(q, k, v, "hccs", causal=True, params=hccs_params([200], [2], [40], [0.05]),
+              path="i8_div")[1]
+    assert st.rho_int16_overflow > 0
+    both(q[..., :30, :], k[..., :30, :], v[..., :30, :], "hccs",
+         params=hccs_params([500], [2], [50], [0.05], n=64))
+
+
+@pytest.mark.parametrize("case", ["heads", "n", "path", "out_shift", "params_type"])
+def test_hccs_errors(case):
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=8, Lk=8, seed=20)
+    kw = {"heads": dict(params=hccs_params([500] * 3, [2] * 3, [50] * 3, [0.1] * 3, n=32)),
+          "n": dict(params=hccs_params([500], [9], [53], [0.1], n=32)),
+          "path": dict(path="i4"), "out_shift": dict(path="i16_div", out_shift=1),
+          "params_type": dict(params=[1, 2])}[case]
+    with pytest.raises((ValueError, TypeError)) as e1:
+        lp.attention(q, k, v, "hccs", **kw)
+    with on_device(), pytest.raises(type(e1.value)) as e2:
+        lp.attention(dev(q), dev(k), dev(v), "hccs", **kw)
+    assert str(e1.value) == str(e2.value)
+
+
+def test_mul_shift_rne_matches_cpu():
+    """The device's 93-bit ``RNE(z m / 2**k)`` of exact I-BERT equals the CPU kernel's on
+    every branch (k <= 0, 1..31, > 31, beyond 94 bits, saturation, ties)."""
+    from lowprec.kernels._baselines_exact import _mul_shift_rne
+    from lowprec.kernels.baselines_device import mul_shift_rne
+
+    rng = np.random.default_rng(0)
+    z = np.concatenate([rng.integers(0, 2**62, 400), rng.integers(0, 2**20, 400),
+                        [0, 1, 3, 2**31, 2**40 + 2**9, 5 * 2**33]]).astype(np.int64)
+    ks = np.concatenate([rng.integers(-40, 130, z.size - 6), [0, 1, 2, 10, 33, 100]])
+    for m in (0, 1, 2**30 + 12345, 2**31, 1717986918):
+        want = np.array([_mul_shift_rne(np.int64(a), np.int64(m), int(b))
+                         for a, b in zip(z, ks, strict=True)])
+        got = mul_shift_rne(dev(torch.from_numpy(z)), m, dev(torch.from_numpy(ks))).cpu()
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("opts", [dict(block_k=16), dict(division=True, block_k=24),
+                                  dict(scale_scope="tensor", m_init=-(1 << 21))])
+def test_qflash_options(opts):
+    """qflash's options (key tiles with a partial last tile, ShiftExp2 by division, one scale
+    set per tensor, the paper's m_init), causal with a boolean mask and an additive one."""
+    q, k, v = qkv(seed=21)
+    am, add = masks(seed=22)
+    st = both(q, k, v, "qflash", causal=True, attn_mask=am, **opts)[1]
+    assert st.total_rescales > 0
+    both(q, k, v, "qflash", attn_mask=add, **opts)
+
+
+def test_qflash_hazards():
+    """Every hazard path of QFlash equal on the device: exp_M = 0 (small amplitude),
+    overflowing x exp_M (large), int32, requant and output wraps (extreme m_init, ShiftExp2 by
+    multiply-shift and by division), negative weights (amplitude 16, d = 32),
+    rows whose scores all lie below m_init (q = 1, k = -1, d = 128)."""
+    rng = np.random.default_rng(23)
+    shape = (1, 2, 49, 32)
+    small = [torch.from_numpy(rng.uniform(-0.3, 0.3, shape).astype(np.float32))
+             for _ in range(3)]
+    assert both(*small, "qflash")[1].exp_M_zero == 1
+    big = [torch.from_numpy(rng.uniform(-64, 64, shape).astype(np.float32)) for _ in range(3)]
+    st = both(*big, "qflash", causal=True)[1]
+    assert st.total_exp_overflows > 0
+    st = both(*big, "qflash", m_init=2**31 - 1)[1]  # m - m_new wraps, P8 and outputs wrap
+    assert st.total_int32_wraps > 0 and st.total_requant_wraps > 0 and st.total_output_wraps
+    st = both(*big, "qflash", m_init=-(2**31), division=True)[1]
+    assert st.total_int32_wraps > 0
+    rng2 = np.random.default_rng(0)
+    mid = [torch.from_numpy(rng2.uniform(-16, 16, shape).astype(np.float32)) for _ in range(3)]
+    assert both(*mid, "qflash")[1].total_negative_weights > 0
+    q = torch.ones(1, 1, 8, 128)
+    st = both(q, -q, torch.randn(1, 1, 8, 16), "qflash")[1]
+    assert st.total_m_init_rows > 0
+
+
+@pytest.mark.parametrize("case", ["raise_exp_M", "raise_hazards", "on_hazard", "m_init",
+                                  "big_scale", "nan_v"])
+def test_qflash_errors(case):
+    rng = np.random.default_rng(24)
+    amp = {"raise_exp_M": 0.3, "raise_hazards": 64.0}.get(case, 1.0)
+    q, k, v = (torch.from_numpy(rng.uniform(-amp, amp, (1, 2, 20, 32)).astype(np.float32))
+               for _ in range(3))
+    kw = {"raise_exp_M": dict(on_hazard="raise"), "raise_hazards": dict(on_hazard="raise"),
+          "on_hazard": dict(on_hazard="ignore"), "m_init": dict(m_init=0.5),
+          "big_scale": dict(scale=1e9), "nan_v": {}}[case]
+    if case == "nan_v":
+        v[0, 1, 2, 3] = torch.nan
+    with pytest.raises((ValueError, TypeError)) as e1:
+        lp.attention(q, k, v, "qflash", **kw)
+    with on_device(), pytest.raises(type(e1.value)) as e2:
+        lp.attention(dev(q), dev(k), dev(v), "qflash", **kw)
+    assert str(e1.value) == str(e2.value)
 
 
 def test_emulate_device_path():

@@ -26,15 +26,15 @@ def _qkv(seed, shape=(2, 4, 24, 16)):
 
 
 def test_cuda_inputs_are_emulated_on_cpu_and_moved_back():
-    """A scheme without a GPU kernel (``qflash``): CPU fallback, one warning."""
+    """A scheme without a GPU kernel (``intflash``): CPU fallback, one warning."""
     q, k, v = _qkv(0)
     mask = torch.rand(24, 24, generator=torch.Generator().manual_seed(1)) > 0.2
     mask |= torch.eye(24, dtype=torch.bool)
-    with lp.emulate("qflash") as run:
+    with lp.emulate("intflash") as run:
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        with lp.emulate("qflash") as run_gpu:
+        with lp.emulate("intflash") as run_gpu:
             got = F.scaled_dot_product_attention(q.cuda(), k.cuda(), v.cuda(),
                                                  attn_mask=mask.cuda())
             got2 = F.scaled_dot_product_attention(q.cuda(), k.cuda(), v.cuda(), is_causal=True)

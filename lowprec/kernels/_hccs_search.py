@@ -3,7 +3,8 @@ value per code), per-row histograms of the clamped distances, the objective and 
 coarse-then-refine search over ``(B, S, Dmax)`` described in :mod:`lowprec.kernels.hccs` (whose
 :func:`~lowprec.kernels.hccs.calibrate` calls it), and the pipeline's per-call calibration from
 its int8 logits (no float64 copy of the logits), kept apart so that ``hccs.py`` stays under the
-kernels' 900-line limit.  Only ``hccs.py`` imports this module.
+kernels' 900-line limit.  Only ``hccs.py`` and its device companion ``hccs_device.py``
+import this module.
 """
 
 from __future__ import annotations
@@ -396,6 +397,12 @@ def _head_scales(prob, qz, c_row, vis, spans, H: int, scope: str):
     seen = vis.any(axis=1) if vis.shape[0] else np.ones(prob.B * Lq, dtype=bool)
     if scope == "visible":
         seen &= prob.taking_part()[0].reshape(-1)
+    return seen, scales_from_amax(amax, seen, spans, H, Lq)
+
+
+def scales_from_amax(amax: np.ndarray, seen: np.ndarray, spans, H: int, Lq: int) -> np.ndarray:
+    """float64 ``(spans, H)``: each (span, head)'s logit scale ``max|logit| / 127`` from the
+    flat rows' maxima ``amax`` over the rows ``seen`` (1.0 without any)."""
     s_x = np.ones((len(spans), H))
     for i, (e0, e1) in enumerate(spans):
         for h in range(H):
@@ -403,7 +410,7 @@ def _head_scales(prob, qz, c_row, vis, spans, H: int, scope: str):
             a = amax[rs][seen[rs]]
             m = float(a.max()) if a.size else 0.0
             s_x[i, h] = m / X8_MAX if m > 0 else 1.0
-    return seen, s_x
+    return s_x
 
 
 def calibrate_span(x8, vis, seen, s_x, e0: int, e1: int, H: int, Lq: int, Lk: int,

@@ -613,11 +613,11 @@ register(Scheme("ivit", "int8 q k v, 8-bit logits, I-ViT Shiftmax (16-bit P, flo
                 "int32 P v",
                 _ivit_attention, options=("out_bits", "exact", "logit_bits", "scale_scope"),
                 stats=BaselineStats, order=90, error_bound=0.35, mask_floor=MASK_FLOOR,
-                noise=lambda o: "int8_tensor"))
+                noise=lambda o: "int8_tensor", device="baselines_device:ivit_attention"))
 register(Scheme("ibert", "int8 q k v, I-BERT i-exp integer softmax (float32 order), int32 P v",
                 _ibert_attention, options=("out_bits", "exact", "logit_bits", "scale_scope"),
                 stats=BaselineStats, order=100, error_bound=0.2, mask_floor=MASK_FLOOR,
-                noise=lambda o: "int8_tensor"))
+                noise=lambda o: "int8_tensor", device="baselines_device:ibert_attention"))
 register(Scheme("ivit", "I-ViT Shiftmax on int8-quantised scores (y * 2**-(out_bits-1))",
                 _ivit_softmax_scheme, options=("scale", "out_bits", "exact"), kind="softmax",
                 stats=BaselineStats,

@@ -364,8 +364,12 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
 
 def out_rows(acc, sv, pmax: float):
     """``(acc * s_v) / pmax`` in float64 rounded once to float32 (``intattention._out_rows``
-    followed by the float32 output array)."""
-    return ((acc.double() * sv.double()[:, None, None]) / float(pmax)).float()
+    followed by the float32 output array).  The divisor is a device tensor: torch's CUDA
+    division by a host scalar multiplies by its rounded reciprocal (not IEEE division)."""
+    import torch
+
+    den = torch.full((), float(pmax), dtype=torch.float64, device=acc.device)
+    return ((acc.double() * sv.double()[:, None, None]) / den).float()
 
 
 __all__ = ["DeviceProblem", "DeviceRows", "DeviceQKV", "quantize_problem", "chunks", "codes",

@@ -814,7 +814,7 @@ register(Scheme("hccs", "int8 q k v, HCCS clipped-linear integer softmax (per-he
                                           "scale_scope"),
                 shape_dependent=("params",), stats=HccsStats, order=80, error_bound=0.6,
                 mask_floor=MASK_FLOOR,
-                noise=lambda o: "int8_tensor"))
+                noise=lambda o: "int8_tensor", device="hccs_device:hccs"))
 register(Scheme("hccs", "HCCS clipped-linear integer softmax surrogate on int8 scores",
                 _hccs_softmax_scheme, options=("params", "path", "out_shift", "clb_T"),
                 kind="softmax", stats=HccsStats,

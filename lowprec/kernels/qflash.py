@@ -849,11 +849,7 @@ def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
     for e0, e1 in zip(np.r_[0, bounds].tolist(), np.r_[bounds, B].tolist(), strict=True):
         sq, sk, sv = (float(s[e0]) for s in s_ent)
         c = QFlashConstants.from_scales(sq, sk, sv, prob.scale)
-        if on_hazard == "raise" and c.exp_M_zero:
-            raise QFlashHazardError(
-                f"exp_M = round(-s * 2**16) = 0 for score unit s = {c.s:.3g} < 2**-17: "
-                "ShiftExp2 does no range reduction (inputs too small for per-tensor int8 "
-                "QFlash)")
+        check_exp_M(c, on_hazard)
         q8, k8, v8 = (quantize_int8(x[e0:e1], s_) for x, s_ in
                       ((prob.q, sq), (prob.k, sk), (prob.v, sv)))
         planes, bmap, has_bias = _mask_bias(prob, c.s, e0, e1)
@@ -863,6 +859,22 @@ def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
         cnt[e0:e1] = cg
         consts.append(c.to_dict())
         zero = zero or c.exp_M_zero
+    st = pipeline_stats(cnt, zero, consts, on_hazard)
+    return out, (st if return_stats else None)
+
+
+def check_exp_M(c: QFlashConstants, on_hazard: str) -> None:
+    """``on_hazard="raise"``: QFlashHazardError when ``exp_M == 0`` (before the call runs)."""
+    if on_hazard == "raise" and c.exp_M_zero:
+        raise QFlashHazardError(
+            f"exp_M = round(-s * 2**16) = 0 for score unit s = {c.s:.3g} < 2**-17: "
+            "ShiftExp2 does no range reduction (inputs too small for per-tensor int8 "
+            "QFlash)")
+
+
+def pipeline_stats(cnt: np.ndarray, zero: bool, consts: list, on_hazard: str) -> QFlashStats:
+    """The pipeline's statistics from the per-entry counters ``(B, _NCOUNT)`` and the
+    constants of each group; with ``on_hazard="raise"`` QFlashHazardError lists any hazard."""
     st = _stats_from_counts(cnt, zero, None)
     st.constants = consts
     if on_hazard == "raise":
@@ -873,7 +885,7 @@ def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
                 + ", ".join(f"{k}={n}" for k, n in bad.items())
                 + "; constants " + "; ".join(f"R={d['R']}, exp_M={d['exp_M']}, "
                                               f"req_M={d['req_M']}" for d in consts))
-    return out, (st if return_stats else None)
+    return st
 
 
 register(Scheme(
@@ -882,7 +894,7 @@ register(Scheme(
     _qflash,
     options=("block_k", "m_init", "division", "on_hazard", "scale_scope"), stats=QFlashStats,
     order=40, error_bound=0.2,
-    mask_floor=MASK_FLOOR, noise=lambda o: "int8_tensor",
+    mask_floor=MASK_FLOOR, noise=lambda o: "int8_tensor", device="qflash_device:qflash",
 ))
 
 __all__ = ["QFlashConstants", "QFlashStats", "QFlashHazardError", "host_constants",

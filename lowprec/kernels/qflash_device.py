@@ -1,0 +1,300 @@
+"""Device path of :mod:`.qflash`'s scheme ``qflash``: the CPU pipeline (:func:`.qflash._qflash`)
+and Algorithm 1 (``qflash._qflash_kernel``) in torch int64 operations on the tensors' device,
+bit-identical to the CPU path with equal statistics (docs/design.md "Row-wise schemes on the
+device").
+
+Per row chunk (:func:`~.device_rows.chunks`): the exact scores ``q8 k8^T`` (float64 GEMM of
+int8 codes: exact, ``d <= 131071``), the int32 bias of the float mask (``rint(mask log2(e) /
+s)`` clipped, ``-2**20`` for ``-inf``; causal keys ``-2**20``), then every key tile of
+``block_k`` keys for all rows of the chunk at once: the online max, ShiftExp2, requant,
+ScaleRelease and the ``l`` / ``acc`` updates as int64 tensors holding int32 values with the
+CPU's two's-complement wraps (:func:`wrap32`) and arithmetic shifts (a count outside ``[0,
+31]`` shifts by 63, the GPU's clamped shift), the tile's ``P8 v8`` as a float64 GEMM of
+integers (exact), and every hazard counted per row and summed per entry.  The final ``trunc(
+fp32(acc) / fp32(l))`` is an int64 -> float32 conversion (correctly rounded), one IEEE float32
+division and the saturating conversion; ``o8 s_v`` a float64 product rounded once.  Integer
+and IEEE basic operations only: bit-identical by construction.  Memory O(chunk x Lk); the
+tiles run as a Python loop of torch operations per chunk (``Lk / block_k`` steps).
+
+The host constants (:meth:`~.qflash.QFlashConstants.from_scales`) and the ``on_hazard="raise"``
+checks are the CPU's own code on scales read back per entry.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._check import check_bool, check_choice
+from .device_rows import DeviceProblem, _check_finite, chunks, codes, row_amax, scoped_amax
+from .problem import LOG2E, SCALE_SCOPES, check_block
+from .qflash import (
+    _C_EXP_OVF,
+    _C_I32_WRAP,
+    _C_M_INIT,
+    _C_NEG_EXP,
+    _C_OUT_WRAP,
+    _C_REQ_WRAP,
+    _C_RESCALES,
+    _C_TILES,
+    _C_ZERO_DEN,
+    _NCOUNT,
+    BLOCK_K_DEFAULT,
+    D_MAX,
+    HAZARD_POLICIES,
+    INT32_MAX,
+    INT32_MIN,
+    M_INIT_DEFAULT,
+    MASK_BIAS,
+    SHIFT_EXP,
+    SHIFT_RELEASE,
+    QFlashConstants,
+    QFlashStats,
+    _int32_scalar,
+    check_exp_M,
+    pipeline_stats,
+)
+
+_TWO31 = 1 << 31
+
+
+def wrap32(x):
+    """Two's-complement int32 wrap of an int64 tensor."""
+    return ((x + _TWO31) & 0xFFFFFFFF) - _TWO31
+
+
+def _wrap8(x):
+    return ((x + 128) & 0xFF) - 128
+
+
+def _ashr(a, n):
+    """``a >> n`` with the GPU's clamped count (outside ``[0, 31]``: by 63)."""
+    import torch
+
+    return a >> torch.where((n >= 0) & (n <= 31), n, 63)
+
+
+def shift_exp2(x, R, exp_M, division: bool):
+    """ShiftExp2 (``qflash._shexp``) of int64 tensors: ``(y, overflows, other wraps)``, the
+    counts as int64 tensors of ``y``'s shape."""
+    import torch
+
+    if division:
+        nx = wrap32(-x)
+        wr = (nx != -x).to(torch.int64)
+        q = torch.div(nx, R, rounding_mode="trunc")
+        ovf = torch.zeros_like(x)
+    else:
+        prod = x * exp_M
+        w = wrap32(prod)
+        ovf = (w != prod).to(torch.int64)
+        q = w >> SHIFT_EXP
+        wr = torch.zeros_like(x)
+    t = q * R
+    qr = wrap32(t)
+    wr = wr + (qr != t)
+    t = x + qr
+    r = wrap32(t)
+    wr = wr + (r != t)
+    t = (r >> 1) + R
+    u = wrap32(t)
+    wr = wr + (u != t)
+    return _ashr(u, q), ovf, wr
+
+
+def _requant(p, req_M):
+    """``qflash._requant``: ``(int8 value, wrapped to int8, other wraps)``."""
+    t = p * req_M
+    a = wrap32(t)
+    wr = (a != t).to(p.dtype)
+    t = a + (1 << (SHIFT_EXP - 1))
+    b = wrap32(t)
+    wr = wr + (b != t)
+    c = b >> SHIFT_EXP
+    y = _wrap8(c)
+    return y, (y != c).to(p.dtype), wr
+
+
+def _release(x, alpha, M):
+    """ScaleRelease (``qflash._release``): int64 products wrapping, ``(y, wrapped)``."""
+    t = ((x * alpha) * M + (1 << (SHIFT_RELEASE - 1))) >> SHIFT_RELEASE
+    y = wrap32(t)
+    return y, (y != t).to(x.dtype)
+
+
+def _f32_to_i32(v):
+    """float32 -> int32 toward zero, saturating, NaN -> 0 (``cvt.rzi.s32.f32``)."""
+    import torch
+
+    big = v >= 2147483648.0
+    small = v < -2147483648.0
+    bad = torch.isnan(v) | big | small
+    o = torch.where(bad, 0.0, v).to(torch.int64)
+    return torch.where(big, INT32_MAX, torch.where(small, INT32_MIN, o))
+
+
+def _scales(dp: DeviceProblem, scope: str):
+    """float64 host ``(B,)`` scales of q, k, v (``qflash._qflash``'s) and the groups."""
+    B = dp.B
+    if scope == "visible":
+        rows, keys = dp.taking_part()
+        group = dp.sequences()
+        amax = [scoped_amax(row_amax(dp.q), rows, group),
+                scoped_amax(row_amax(dp.k)[dp.kv], keys, group),
+                scoped_amax(row_amax(dp.v)[dp.kv], keys, group)]
+        amax = [a.cpu().numpy() for a in amax]
+        group = group.cpu().numpy()
+    else:
+        group = np.zeros(B, dtype=np.int64)
+        amax = [np.full(B, float(x.abs().amax()) if x.numel() else 0.0, dtype=np.float64)
+                for x in (dp.q, dp.k, dp.v)]
+    return [np.where(a > 0, a / 127.0, 1.0) for a in amax], group
+
+
+def _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk: int, m_init: int, division: bool, cnt, out):
+    """Algorithm 1 for the rows of one chunk (all key tiles); adds the per-row counters to
+    ``cnt`` (device int64 ``(B, _NCOUNT)``) and writes ``out``."""
+    import torch
+
+    Lq, Lk, dev = dp.Lq, dp.Lk, dp.device
+    gh, rows = g1 - g0, r1 - r0
+    n = gh * rows
+    ent = torch.arange(g0, g1, device=dev).repeat_interleave(rows)
+    sk, sv, s = ent_c["sk"], ent_c["sv"], ent_c["s"]
+    idx = dp.kv[g0:g1]
+    k8 = codes(dp.k[idx], sk[g0:g1, None].expand(gh, Lk), qmin=-128)
+    v8 = codes(dp.v[idx], sv[g0:g1, None].expand(gh, Lk), qmin=-128)
+    S = torch.matmul(q8[g0:g1, r0:r1], k8.transpose(1, 2)).to(torch.int64).reshape(n, Lk)
+    bias = None
+    if dp.mask is not None:
+        m = dp.mask[dp.mask_map[g0:g1]][:, r0:r1].double().reshape(n, Lk)
+        masked = torch.isneginf(m)
+        units = (torch.where(masked, 0.0, m) * LOG2E / s[ent][:, None]).round()
+        units = torch.clamp(units, MASK_BIAS, -MASK_BIAS)
+        bias = torch.where(masked, MASK_BIAS, units).to(torch.int64)
+    i = torch.arange(r0, r1, device=dev).repeat(gh)
+    lim = i + Lk - Lq
+    R, eM, rM = (ent_c[c][ent][:, None] for c in ("R", "exp_M", "req_M"))
+    lM, aM = ent_c["l_M"][ent], ent_c["acc_M"][ent][:, None]
+    z = torch.zeros(n, dtype=torch.int64, device=dev)
+    mrow = torch.full((n,), m_init, dtype=torch.int64, device=dev)
+    lsum = torch.ones(n, dtype=torch.int64, device=dev)
+    acc = torch.zeros((n, dp.dv), dtype=torch.int64, device=dev)
+    vmax = torch.full((n,), -(1 << 62), dtype=torch.int64, device=dev)
+    seen = torch.zeros(n, dtype=torch.bool, device=dev)
+    c_wrap, c_ovf, c_req, c_neg, c_resc = z.clone(), z.clone(), z.clone(), z.clone(), z.clone()
+    nk = -(-Lk // bk)
+    for t in range(nk):
+        j0 = t * bk
+        nv = min(bk, Lk - j0)
+        st = S[:, j0:j0 + nv]
+        bij = torch.zeros_like(st) if bias is None else bias[:, j0:j0 + nv]
+        if dp.causal:
+            cols = torch.arange(j0, j0 + nv, device=dev)[None, :]
+            bij = torch.where(cols > lim[:, None], MASK_BIAS, bij)
+        raw = st + bij
+        w = wrap32(raw)
+        c_wrap += (w != raw).sum(dim=1)
+        vis = bij > MASK_BIAS
+        seen |= vis.any(dim=1)
+        vmax = torch.maximum(vmax, torch.where(vis, w, -(1 << 62)).amax(dim=1))
+        if nv < bk:
+            w = torch.cat([w, torch.full((n, bk - nv), MASK_BIAS, dtype=torch.int64,
+                                         device=dev)], dim=1)
+        mx = torch.maximum(mrow, w.amax(dim=1))
+        raw = w - mx[:, None]
+        x = wrap32(raw)
+        c_wrap += (x != raw).sum(dim=1)
+        y, ovf, wr = shift_exp2(x, R, eM, division)
+        c_ovf += ovf.sum(dim=1)
+        c_wrap += wr.sum(dim=1)
+        pv, rw, wr = _requant(y, rM)
+        c_neg += ((pv < 0) & (rw == 0)).sum(dim=1)
+        c_req += rw.sum(dim=1)
+        c_wrap += wr.sum(dim=1)
+        rowsum = pv.sum(dim=1)
+        raw = mrow - mx
+        x = wrap32(raw)
+        c_wrap += (x != raw)
+        alpha, ovf, wr = shift_exp2(x[:, None], R, eM, division)
+        alpha = alpha[:, 0]
+        c_ovf += ovf[:, 0]
+        c_wrap += wr[:, 0]
+        if t > 0:
+            c_neg += alpha < 0
+            c_resc += mx != mrow
+        lr, wr = _release(lsum, alpha, lM)
+        c_wrap += wr
+        raw = lr + rowsum
+        lsum = wrap32(raw)
+        c_wrap += lsum != raw
+        tile = torch.matmul(pv[:, :nv].double().reshape(gh, rows, nv),
+                            v8[:, j0:j0 + nv]).to(torch.int64).reshape(n, dp.dv)
+        ar, wr = _release(acc, alpha[:, None], aM)
+        c_wrap += wr.sum(dim=1)
+        raw = ar + tile
+        acc = wrap32(raw)
+        c_wrap += (acc != raw).sum(dim=1)
+        mrow = mx
+    fl = lsum.to(torch.float32)
+    o = _f32_to_i32(acc.to(torch.float32) / fl[:, None])
+    o8 = _wrap8(o)
+    c = torch.zeros((n, _NCOUNT), dtype=torch.int64, device=dev)
+    c[:, _C_TILES] = nk
+    c[:, _C_RESCALES] = c_resc
+    c[:, _C_EXP_OVF] = c_ovf
+    c[:, _C_REQ_WRAP] = c_req
+    c[:, _C_I32_WRAP] = c_wrap
+    c[:, _C_OUT_WRAP] = (o8 != o).sum(dim=1)
+    c[:, _C_ZERO_DEN] = lsum == 0
+    c[:, _C_NEG_EXP] = c_neg
+    c[:, _C_M_INIT] = seen & (vmax < m_init)
+    cnt.index_add_(0, ent, c)
+    res = (o8.double() * sv[ent][:, None]).to(torch.float32)
+    out[g0:g1, r0:r1] = res.reshape(gh, rows, dp.dv)
+
+
+def qflash(dp: DeviceProblem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
+           m_init: int = M_INIT_DEFAULT, division: bool = False, on_hazard: str = "count",
+           scale_scope: str = "visible"):
+    """Scheme ``qflash`` on the device (``qflash._qflash``'s options, checks, messages,
+    constants, hazards and per-entry statistics)."""
+    import torch
+
+    check_choice(on_hazard, "on_hazard", HAZARD_POLICIES)
+    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
+    bk = check_block(block_k, "block_k", dp.Lk)
+    m_init = _int32_scalar(m_init, "m_init")
+    division = check_bool(division, "division")
+    if dp.d > D_MAX:
+        raise ValueError(f"d = {dp.d} > {D_MAX}: int8 dot products could wrap int32")
+    _check_finite(dp)
+    B, dev = dp.B, dp.device
+    s_ent, group = _scales(dp, scope)
+    bounds = np.flatnonzero(np.diff(group)) + 1
+    consts, zero = [], False
+    per = {c: np.zeros(B, np.int64) for c in ("R", "exp_M", "req_M", "l_M", "acc_M")}
+    sv_h, s_h = np.zeros(B), np.zeros(B)
+    for e0, e1 in zip(np.r_[0, bounds].tolist(), np.r_[bounds, B].tolist(), strict=True):
+        sq, sk, sv = (float(s[e0]) for s in s_ent)
+        c = QFlashConstants.from_scales(sq, sk, sv, dp.scale)
+        check_exp_M(c, on_hazard)
+        for name in per:
+            per[name][e0:e1] = getattr(c, name)
+        sv_h[e0:e1], s_h[e0:e1] = c.s_v, c.s
+        consts.append(c.to_dict())
+        zero = zero or c.exp_M_zero
+    ent_c = {k: torch.from_numpy(v).to(dev) for k, v in per.items()}
+    ent_c["sk"] = torch.from_numpy(np.ascontiguousarray(s_ent[1])).to(dev)
+    ent_c["sv"] = torch.from_numpy(sv_h).to(dev)
+    ent_c["s"] = torch.from_numpy(s_h).to(dev)
+    sq_t = torch.from_numpy(np.ascontiguousarray(s_ent[0])).to(dev)
+    q8 = codes(dp.q, sq_t[:, None].expand(B, dp.Lq), qmin=-128)
+    out = torch.empty((B, dp.Lq, dp.dv), dtype=torch.float32, device=dev)
+    cnt = torch.zeros((B, _NCOUNT), dtype=torch.int64, device=dev)
+    for g0, g1, r0, r1 in chunks(dp):
+        _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk, m_init, division, cnt, out)
+    st = pipeline_stats(cnt.cpu().numpy(), zero, consts, on_hazard)
+    return out, (st if return_stats else None)
+
+
+__all__ = ["qflash", "shift_exp2", "wrap32", "QFlashStats"]
