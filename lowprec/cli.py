@@ -148,6 +148,17 @@ def _check_schemes_arg(value: str | None) -> None:
         raise ValueError(f"--schemes {value!r} names no scheme (see --list-schemes)")
 
 
+def _int_list(value: str, what: str, least: int) -> list[int]:
+    """``"512,2048"`` -> ``[512, 2048]``; ValueError names ``what`` for anything else."""
+    try:
+        out = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{what} {value!r} must be comma-separated integers") from None
+    if not out or min(out) < least:
+        raise ValueError(f"{what} {value!r} must name integers >= {least}")
+    return out
+
+
 def _cmd_study(args) -> int:
     from .studies import main as study
 
@@ -163,11 +174,17 @@ def _cmd_study(args) -> int:
         check_output_dir(args.out)
         selected = study.scheme_runs(args.schemes) if args.schemes else None
         study.resolve_models(args.model, quick=args.quick)
+        lengths = _int_list(args.lengths, "--lengths", 2) if args.lengths else None
+        if args.windows is not None and args.windows < 1:
+            raise ValueError(f"--windows must be >= 1, got {args.windows}")
+        resample = "window" if args.resample in (None, "window") else \
+            _int_list(args.resample, "--resample", 1)[0]
     except (ValueError, ImportError) as e:
         return _fail("study", e)
     study.run_study(args.model, list(selected) if selected else None, quick=args.quick,
                     out=args.out, progress=not args.no_progress, plots=not args.no_plots,
-                    seed=args.seed)
+                    seed=args.seed, lengths=lengths, windows=args.windows,
+                    critical=args.critical, resample=resample)
     return 0
 
 
@@ -290,6 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     ps.add_argument("--list-schemes", action="store_true",
                     help="list the scheme runs and exit")
+    ps.add_argument("--lengths", metavar="LIST",
+                    help="SmolLM2 perplexity window lengths in tokens (default 512; the full "
+                         "study: 512,2048,4096,8192, hours on 2 cores)")
+    ps.add_argument("--windows", type=int, metavar="N",
+                    help="SmolLM2 perplexity windows per length (default 8)")
+    ps.add_argument("--critical", choices=("first+diagonal", "first", "first+last"),
+                    help="critical tile set of the BAPS restart study on SmolLM2 (default "
+                         "first+diagonal, see docs/design.md)")
+    ps.add_argument("--resample", metavar="UNIT",
+                    help="perplexity bootstrap unit: window (default) or a segment length in "
+                         "tokens")
     ps.set_defaults(func=_cmd_study)
 
     pb = sub.add_parser(

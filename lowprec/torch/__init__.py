@@ -43,9 +43,10 @@ _LAZY = {
     "available_models": "models",
     "mean_pool": "models",
     "sample_text": "models",
+    "eval_text": "models",
     "ModelNotInstalledError": "models",
 }
-_NO_TORCH = {"available_models", "sample_text", "ModelNotInstalledError",  # work without torch
+_NO_TORCH = {"available_models", "sample_text", "eval_text", "ModelNotInstalledError",  # work without torch
              "EmulationStats", "ModuleStats", "CallRecord"}
 #: old submodule path -> its new one (imported with a DeprecationWarning, see the docstring)
 RENAMED = {f"{__name__}.emulate": f"{__name__}.context"}
