@@ -177,8 +177,9 @@ def _cmd_study(args) -> int:
         lengths = _int_list(args.lengths, "--lengths", 2) if args.lengths else None
         if args.windows is not None and args.windows < 1:
             raise ValueError(f"--windows must be >= 1, got {args.windows}")
-        resample = "window" if args.resample in (None, "window") else \
+        resample = args.resample if args.resample in (None, "window", "auto") else \
             _int_list(args.resample, "--resample", 1)[0]
+        resample = resample or "auto"
     except (ValueError, ImportError) as e:
         return _fail("study", e)
     study.run_study(args.model, list(selected) if selected else None, quick=args.quick,
@@ -316,8 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="critical tile set of the BAPS restart study on SmolLM2 (default "
                          "first+diagonal, see docs/design.md)")
     ps.add_argument("--resample", metavar="UNIT",
-                    help="perplexity bootstrap unit: window (default) or a segment length in "
-                         "tokens")
+                    help="perplexity bootstrap unit: auto (default: windows from 8 windows on, "
+                         "else segments), window, or a segment length in tokens")
     ps.set_defaults(func=_cmd_study)
 
     pb = sub.add_parser(

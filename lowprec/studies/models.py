@@ -62,6 +62,8 @@ SMOLLM2_TOKENS = 512  # perplexity window (tokens)
 PPL_WINDOWS = 8  # perplexity windows (the text holds 76 of 512 tokens)
 PPL_LENGTHS = (512, 2048, 4096, 8192)  # the full perplexity study (issue 16 item 1)
 BOOTSTRAP = 2000  # bootstrap draws of the perplexity-ratio interval
+MIN_WINDOWS = 8  # fewer windows than this: resample="auto" bootstraps over segments
+AUTO_UNITS = 16  # resample="auto" with few windows: about this many segments in all
 CONFIDENCE = 0.95
 RESTART_TOKENS = 2048
 RESTART_BLOCK = 128
@@ -294,6 +296,23 @@ def _token_nll(model, ids, chunk: int = 512) -> np.ndarray:
     return torch.cat(out).double().numpy()
 
 
+def resample_unit(windows: int, scored: int, resample="auto"):
+    """The bootstrap unit that ``resample`` means for ``windows`` windows of ``scored`` scored
+    tokens each: ``"window"`` stays, an int stays, and ``"auto"`` is ``"window"`` from
+    :data:`MIN_WINDOWS` windows on, else segments of ``ceil(windows * scored / 16)`` tokens
+    (about :data:`AUTO_UNITS` units; at least 8 tokens each).
+
+    Example:
+        >>> resample_unit(8, 511), resample_unit(2, 63), resample_unit(4, 8191)
+        ('window', 8, 2048)
+    """
+    if resample != "auto":
+        return resample
+    if windows >= MIN_WINDOWS:
+        return "window"
+    return max(8, math.ceil(windows * scored / AUTO_UNITS))
+
+
 def _units(nll: list, resample) -> np.ndarray:
     """Per resampling unit ``[nll sum, tokens]``: one unit per window (``resample="window"``)
     or per consecutive segment of ``resample`` scored tokens within each window."""
@@ -372,7 +391,7 @@ def noise_verdict(lo: float, hi: float) -> str:
 
 def smollm2_perplexity(schemes=None, *, text: str | None = None,
                        max_tokens: int = SMOLLM2_TOKENS, windows: int | None = PPL_WINDOWS,
-                       resample="window", bootstrap: int = BOOTSTRAP,
+                       resample="auto", bootstrap: int = BOOTSTRAP,
                        confidence: float = CONFIDENCE, seed: int = 0,
                        quick: bool = False) -> dict:
     """Perplexity of SmolLM2-135M on the evaluation text, float32 and under each scheme, with a
@@ -392,8 +411,8 @@ def smollm2_perplexity(schemes=None, *, text: str | None = None,
         max_tokens: window length in tokens (default 512; SmolLM2 reaches 8192).
         windows: number of windows (default 8; None: all that fit, 76 of 512 tokens, 19 of
             2048, 9 of 4096, 4 of 8192).
-        resample: bootstrap unit, ``"window"`` or a segment length in tokens (for few long
-            windows).
+        resample: bootstrap unit: ``"auto"`` (windows when there are at least 8, else about
+            16 segments, :func:`resample_unit`), ``"window"`` or a segment length in tokens.
         bootstrap: bootstrap draws.
         confidence: interval coverage.
         seed: bootstrap seed.
@@ -430,6 +449,7 @@ def smollm2_perplexity(schemes=None, *, text: str | None = None,
     t0 = time.perf_counter()
     with torch.no_grad():
         base = [_token_nll(model, w) for w in wins]
+    resample = resample_unit(len(wins), max_tokens - 1, resample)
     b0 = bootstrap_ratio(base, base, resample=resample, samples=bootstrap,
                          confidence=confidence, seed=seed)
     res = {"model": "smollm2", "tokens": max_tokens, "windows": len(wins),
@@ -605,28 +625,29 @@ def _pct(v) -> str:
 
 def format_restart_table(res: dict) -> str:
     """The BAPS Table 4 analogue of :func:`smollm2_restart_rates`: per tau, ARR and PRR (%)
-    beside the paper's (NLP), the restarted share of all tiles, and ARR's factor per unit of
-    tau (the paper's halves)."""
-    from .baps import PAPER_RESTART_SHARE_NLP
+    beside the paper's (NLP), the restarted share of all tiles, and the factor by which ARR
+    falls from the previous tau, ours and the paper's (the paper's text: tau = 1 halves it)."""
+    from .baps import PAPER_ARR_NLP, PAPER_RESTART_SHARE_NLP
 
     taus = list(res["taus"])
     lines = [f"BAPS Table 4 on SmolLM2-135M: e2e_hif8, {res['tokens']} tokens, "
              f"{res['block']}x{res['block']} tiles, critical={res['critical']}, "
              f"granularity={res['granularity']} (rates in %)",
              f"{'tau':>4} {'ARR':>7} {'paper':>7} {'PRR':>7} {'paper':>7} {'tiles %':>8} "
-             f"{'ARR/ARR(tau-1)':>15}"]
+             f"{'fall':>6} {'paper':>6}"]
     prev = None
     for t in taus:
         r = res["taus"][t]
-        fac = (f"{r['arr'] / prev:.2f}" if prev and r["arr"] is not None else "-")
+        fac = f"{prev / r['arr']:.2f}" if prev and r["arr"] else "-"
+        pfac = (f"{PAPER_ARR_NLP[t - 1] / PAPER_ARR_NLP[t]:.2f}"
+                if t in PAPER_ARR_NLP and t - 1 in PAPER_ARR_NLP else "-")
         lines.append(f"{t:>4} {_pct(r['arr']):>7} {_pct(r.get('paper_arr')):>7} "
                      f"{_pct(r['prr']):>7} {_pct(r.get('paper_prr')):>7} "
-                     f"{_pct(r.get('tile_share')):>8} {fac:>15}")
+                     f"{_pct(r.get('tile_share')):>8} {fac:>6} {pfac:>6}")
         prev = r["arr"]
     lines.append(f"ARR = restarts / non-critical tiles; PRR = the largest rate of one (layer, "
                  f"head); tiles % = restarts / all tiles, critical ones included (paper: about "
-                 f"{100 * PAPER_RESTART_SHARE_NLP:.0f} % in NLP); paper ARR/ARR(tau-1) is "
-                 "0.46 and 0.50")
+                 f"{100 * PAPER_RESTART_SHARE_NLP:.0f} % in NLP); fall = ARR(tau - 1) / ARR(tau)")
     return "\n".join(lines)
 
 
@@ -830,5 +851,6 @@ def format_hccs_minilm_kl(res: dict, per_head: bool = False) -> str:
 __all__ = ["minilm_cosine", "format_minilm_cosine", "smollm2_perplexity",
            "format_smollm2_perplexity", "smollm2_restart_rates", "format_smollm2_restart_rates",
            "format_restart_table", "token_windows", "bootstrap_ratio", "noise_verdict",
+           "resample_unit",
            "hccs_minilm_kl", "format_hccs_minilm_kl", "default_schemes", "sentences_of",
            "BAPS_CONFIGS", "QUICK_SCHEMES"]

@@ -349,8 +349,9 @@ def eval_text() -> str:
     the details and checksum).  About 39,000 SmolLM2 tokens: enough for windows of 512 to 8192
     tokens (the perplexity and restart studies of :mod:`lowprec.studies.models`).
 
-    The file's hard line breaks inside a paragraph become spaces and the leading indentation
-    goes; paragraphs stay separated by a blank line, so the tokens are those of ordinary prose.
+    The file's hard line breaks inside a paragraph become spaces, the leading indentation and
+    the final DOS end-of-file mark (``\\x1a``) go; paragraphs stay separated by a blank line, so
+    the tokens are those of ordinary prose.
 
     Returns:
         The text (str).
@@ -364,7 +365,7 @@ def eval_text() -> str:
     import lzma
 
     raw = importlib.resources.files("lowprec.data").joinpath(EVAL_TEXT_FILE).read_bytes()
-    text = lzma.decompress(raw).decode("ascii")
+    text = lzma.decompress(raw).decode("ascii").replace("\x1a", "")  # a DOS end-of-file mark
     paras = []
     for block in text.replace("\r\n", "\n").split("\n\n"):
         words = " ".join(line.strip() for line in block.splitlines() if line.strip())
