@@ -180,12 +180,15 @@ def _cmd_study(args) -> int:
         resample = args.resample if args.resample in (None, "window", "auto") else \
             _int_list(args.resample, "--resample", 1)[0]
         resample = resample or "auto"
+        if args.restart_tokens is not None and args.restart_tokens < 2:
+            raise ValueError(f"--restart-tokens must be >= 2, got {args.restart_tokens}")
     except (ValueError, ImportError) as e:
         return _fail("study", e)
     study.run_study(args.model, list(selected) if selected else None, quick=args.quick,
                     out=args.out, progress=not args.no_progress, plots=not args.no_plots,
                     seed=args.seed, lengths=lengths, windows=args.windows,
-                    critical=args.critical, resample=resample)
+                    critical=args.critical, resample=resample,
+                    restart_tokens=args.restart_tokens)
     return 0
 
 
@@ -316,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--critical", choices=("first+diagonal", "first", "first+last"),
                     help="critical tile set of the BAPS restart study on SmolLM2 (default "
                          "first+diagonal, see docs/design.md)")
+    ps.add_argument("--restart-tokens", type=int, metavar="N",
+                    help="window of the SmolLM2 restart study (default 2048; SmolLM2 reaches "
+                         "8192)")
     ps.add_argument("--resample", metavar="UNIT",
                     help="perplexity bootstrap unit: auto (default: windows from 8 windows on, "
                          "else segments), window, or a segment length in tokens")

@@ -331,7 +331,7 @@ MODEL_SIZES = {
 
 def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1, 2),
                 progress: bool = False, lengths=None, windows=None, all_runs: bool = False,
-                critical=None, resample="auto") -> dict:
+                critical=None, resample="auto", restart_tokens: int | None = None) -> dict:
     """Run the schemes on real models (:mod:`lowprec.studies.models`).
 
     SmolLM2: perplexity over windows of the evaluation text under every run, with the ratio to
@@ -359,6 +359,7 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
             :data:`lowprec.studies.models.RESTART_CRITICAL`).
         resample: the perplexity bootstrap unit (``"auto"``, ``"window"`` or a segment length,
             :func:`lowprec.studies.models.resample_unit`).
+        restart_tokens: window of the restart study (default 2048; quick 128).
 
     Returns:
         ``{"smollm2": {"perplexity": ..., "perplexity_<L>": ... (further lengths),
@@ -401,11 +402,13 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
                                              resample=resample)
         elif key == "restart_rates":
             rz = MODEL_SIZES["restart"][i]
-            val = _models.smollm2_restart_rates(tuple(taus), max_tokens=rz["tokens"],
+            val = _models.smollm2_restart_rates(tuple(taus),
+                                                max_tokens=restart_tokens or rz["tokens"],
                                                 block=rz["block"], critical=critical)
         elif key == "restart_16x16":
             rz = MODEL_SIZES["restart_16x16"][i]
-            val = _models.smollm2_restart_rates((1,), max_tokens=rz["tokens"],
+            val = _models.smollm2_restart_rates((1,),
+                                                max_tokens=restart_tokens or rz["tokens"],
                                                 block=rz["block"], critical=critical)
         else:
             val = _models.minilm_cosine(dict(runs), quick=quick)
@@ -423,7 +426,7 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
               out: str | os.PathLike | None = DEFAULT_OUT, progress: bool = True,
               plots: bool = True, seed: int = 0, echo=print, lengths=None,
               windows: int | None = None, critical=None, resample="auto",
-              claims: bool | None = None) -> dict:
+              claims: bool | None = None, restart_tokens: int | None = None) -> dict:
     """The main job: every scheme on the study's workloads, tables, plots and a JSON report.
 
     Args:
@@ -443,6 +446,7 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         critical: the BAPS restart study's critical set (default ``"first+diagonal"``).
         resample: the perplexity bootstrap unit (``"auto"``: windows from 8 on, else segments;
             ``"window"``; or a segment length in tokens).
+        restart_tokens: window of the SmolLM2 restart study (default 2048).
         claims: run the synthetic studies of the claims table
             (:func:`lowprec.studies.claims.synthetic_results`, a minute or two); default: not
             with ``quick`` (the table then lists those claims as "not run").
@@ -483,7 +487,8 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         "lowprec_study": 1,
         "settings": {"model": model, "models": models, "schemes": list(runs), "quick": quick,
                      "seed": seed, "lengths": list(lengths) if lengths else None,
-                     "windows": windows, "critical": critical, "resample": resample},
+                     "windows": windows, "critical": critical, "resample": resample,
+                     "restart_tokens": restart_tokens},
         "machine": _machine(),
         "runs": {k: {"scheme": s, "options": o} for k, (s, o) in runs.items()},
     }
@@ -509,7 +514,7 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         report["models"] = model_study(models, runs, quick=quick, progress=progress,
                                        lengths=lengths, windows=windows,
                                        all_runs=schemes is not None, critical=critical,
-                                       resample=resample)
+                                       resample=resample, restart_tokens=restart_tokens)
         timings["models"] = time.perf_counter() - t0
     if (not quick) if claims is None else claims:
         from . import claims as _claims
