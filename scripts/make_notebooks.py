@@ -341,11 +341,13 @@ txt = f\"\"\"
   of {min(fac):.2f} to {max(fac):.2f} per unit of `tau`, where the paper's Table 4 gives
   {" and ".join(f"{f:.2f}" for f in pfac)} ({", ".join(f"{100 * P_ARR[t]:.2f} %" for t in pt)}).
 * **Our ARR is {min(rat):.1f} to {max(rat):.1f} times the paper's.** The paper counts on
-  CWE-32K (32K-token prompts); our window is {res.get('tokens', res.get('L'))} tokens, and a
-  longer window gives the early tiles' maximum more later tiles to cover (the 4096-token run in
-  docs/claims.md is lower). PRR: {", ".join(f"{100 * p:.1f} %" for p in prr)} against the
-  paper's {", ".join(f"{100 * P_PRR[t]:.2f} %" for t in pt)}; like the paper's, it falls much
-  more slowly than the ARR.
+  CWE-32K (32K-token prompts); our window is {res.get('tokens', res.get('L'))} tokens
+  (docs/study-runs.md has the same table for a 4096-token window). PRR:
+  {", ".join(f"{100 * p:.1f} %" for p in prr)} against the paper's
+  {", ".join(f"{100 * P_PRR[t]:.2f} %" for t in pt)}: ours falls by a factor of
+  {prr[0] / prr[pt[-1]]:.1f} from `tau` = 0 to {pt[-1]}, the paper's by
+  {P_PRR[0] / P_PRR[pt[-1]]:.2f}, while the ARR falls by {arr[0] / arr[pt[-1]]:.1f}
+  (paper: {P_ARR[0] / P_ARR[pt[-1]]:.1f}).
 \"\"\"
 if alt:
     f1 = alt["first, 128x128"]["taus"][1]

@@ -3,18 +3,18 @@
     python scripts/run_notebooks.py                 # 02, 03, 04 (tens of minutes on 2 cores)
     python scripts/run_notebooks.py 03_restart_rates
 
-The notebooks are first rewritten from ``scripts/make_notebooks.py`` (so the stored cells are
-the generator's), then run top to bottom with nbclient in a kernel that imports this checkout's
-lowprec, at full size (``LOWPREC_NB_QUICK`` unset), and written back with outputs, so that the
-repository page shows their tables, plots and conclusions without running them.  CI still runs
-them at small sizes (``tests/test_notebooks.py``).  Notebook 01 is not run here.
+Each notebook named is first rebuilt from ``scripts/make_notebooks.py`` (so the stored cells
+are the generator's; the others are left as they are), then run top to bottom with nbclient in
+a kernel that imports this checkout's lowprec, at full size (``LOWPREC_NB_QUICK`` unset), and
+written back with outputs, so that the repository page shows their tables, plots and
+conclusions without running them.  CI still runs them at small sizes
+(``tests/test_notebooks.py``).  Notebook 01 is not run here.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
 FULL_SIZE = ("02_error_accumulation", "03_restart_rates", "04_integer_schemes")
 TIMEOUT_S = 3600  # per cell
+
+
+def _generator():
+    """``scripts/make_notebooks.py`` as a module (its ``NOTEBOOKS`` and ``build``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_notebooks",
+                                                  ROOT / "scripts" / "make_notebooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def run_notebook(name: str, *, timeout: int = TIMEOUT_S) -> float:
@@ -42,7 +53,7 @@ def run_notebook(name: str, *, timeout: int = TIMEOUT_S) -> float:
     import nbformat
 
     path = NB_DIR / f"{name}.ipynb"
-    nb = nbformat.read(path, as_version=4)
+    nb = _generator().build(_generator().NOTEBOOKS[name])
     env_py = os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "")
                                             .split(os.pathsep) if p])
     os.environ["PYTHONPATH"] = env_py  # the kernel is a child process
@@ -57,7 +68,7 @@ def run_notebook(name: str, *, timeout: int = TIMEOUT_S) -> float:
 
 
 def main(argv=None) -> int:
-    """Rewrite the notebooks from their generator, then run the chosen ones at full size."""
+    """Run the chosen notebooks at full size, each rebuilt from its generator first."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", default=list(FULL_SIZE),
                     help=f"notebook stems (default: {' '.join(FULL_SIZE)})")
@@ -66,7 +77,6 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"not a full-size notebook: {', '.join(bad)} (choose from "
                  f"{', '.join(FULL_SIZE)})")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_notebooks.py")], check=True)
     for name in args.names:
         print(f"running {name} ...", flush=True)
         print(f"  {name}: {run_notebook(name):.0f} s, stored with outputs", flush=True)

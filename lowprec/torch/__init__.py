@@ -46,8 +46,8 @@ _LAZY = {
     "eval_text": "models",
     "ModelNotInstalledError": "models",
 }
-_NO_TORCH = {"available_models", "sample_text", "eval_text", "ModelNotInstalledError",  # work without torch
-             "EmulationStats", "ModuleStats", "CallRecord"}
+_NO_TORCH = {"available_models", "sample_text", "eval_text",  # these work without torch
+             "ModelNotInstalledError", "EmulationStats", "ModuleStats", "CallRecord"}
 #: old submodule path -> its new one (imported with a DeprecationWarning, see the docstring)
 RENAMED = {f"{__name__}.emulate": f"{__name__}.context"}
 
