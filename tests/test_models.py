@@ -265,6 +265,7 @@ def test_study_hccs_minilm_kl_quick(minilm):
     for hd in res["heads"]:
         kl = hd["kl"]
         assert 0 <= kl["int8 floor"] < kl["i16_div"] < 1.0
+        assert kl["int8 floor"] < kl["i16_div per layer"] < 1.0  # one parameter set per layer
         assert hd["B"] - hd["S"] * hd["Dmax"] >= 0
     assert "i16_div" in S.format_hccs_minilm_kl(res, per_head=True)
 

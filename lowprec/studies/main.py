@@ -341,8 +341,10 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
     per tau at 2048 tokens with 128 x 128 tiles and the critical set ``first+diagonal``, then
     the 16 x 16-tile variant at tau = 1 (:func:`~lowprec.studies.models.smollm2_restart_rates`).
     MiniLM: cosine similarity of the sentence embeddings under every run
-    (:func:`~lowprec.studies.models.minilm_cosine`).  A run that fails on a model is recorded
-    with its error; the others go on.
+    (:func:`~lowprec.studies.models.minilm_cosine`) and the HCCS KL of heads calibrated on
+    MiniLM's own logits (:func:`~lowprec.studies.models.hccs_minilm_kl`, the HCCS paper's
+    section V-C on real heads).  A run that fails on a model is recorded with its error; the
+    others go on.
 
     Args:
         names: from :func:`resolve_models`.
@@ -364,8 +366,8 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
 
     Returns:
         ``{"smollm2": {"perplexity": ..., "perplexity_<L>": ... (further lengths),
-        "restart_rates": ..., "restart_16x16": ...}, "minilm": {"cosine": ...}}`` (the models
-        present), each value the model study function's result.
+        "restart_rates": ..., "restart_16x16": ...}, "minilm": {"cosine": ..., "hccs_kl":
+        ...}}`` (the models present), each value the model study function's result.
     """
     from . import models as _models
 
@@ -393,7 +395,7 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
             if with_baps:
                 tasks += [(n, "restart_rates", None), (n, "restart_16x16", None)]
         else:
-            tasks.append((n, "cosine", None))
+            tasks += [(n, "cosine", None), (n, "hccs_kl", None)]
     bar = _bar(len(tasks), "models", progress)
     res: dict = {}
     for name, key, L in tasks:
@@ -411,6 +413,8 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
             val = _models.smollm2_restart_rates((1,),
                                                 max_tokens=restart_tokens or rz["tokens"],
                                                 block=rz["block"], critical=critical)
+        elif key == "hccs_kl":
+            val = _models.hccs_minilm_kl(quick=quick)
         else:
             val = _models.minilm_cosine(dict(runs), quick=quick)
         res.setdefault(name, {})[key] = val
@@ -629,7 +633,8 @@ def _format_model(name: str, r: dict) -> str:
 
     out = []
     for key, val in r.items():
-        fn = getattr(_models, f"format_{name}_{_model_key(key)}", None)
+        fn = _models.format_hccs_minilm_kl if (name, key) == ("minilm", "hccs_kl") else \
+            getattr(_models, f"format_{name}_{_model_key(key)}", None)
         out.append(fn(val) if fn else f"{name} {key}: {json.dumps(to_jsonable(val))[:2000]}")
     return "\n\n".join(out)
 

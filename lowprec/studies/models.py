@@ -754,7 +754,9 @@ def hccs_minilm_kl(*, sentences=None, calib: int = HCCS_SENTENCES[0],
     Returns:
         ``{"n", "calib_sentences", "eval_sentences", "heads": [{"layer", "head", "B", "S",
         "Dmax", "x_scale", "calib_kl", "entropy", "kind", "kl": {path: KL, "int8 floor",
-        "float ref"}}], "summary": {kind: {method: (mean, min, max)}}, "paper"}``.
+        "float ref", "i16_div per layer"}}], "summary": {kind: {method: (mean, min, max)}},
+        "paper"}``; ``"i16_div per layer"`` calibrates one ``(B, S, Dmax)`` and one logit
+        scale per layer (its heads' rows pooled) instead of per head.
 
     Example::
 
@@ -788,6 +790,8 @@ def hccs_minilm_kl(*, sentences=None, calib: int = HCCS_SENTENCES[0],
     for layer in range(layers):
         cal = [rows(0, layer, h) for h in range(H)]
         params = calibrate(cal, n=n)
+        # one (B, S, Dmax) and one logit scale for the whole layer: its heads' rows pooled
+        shared = calibrate([np.concatenate(cal, axis=0)], n=n)
         for h in range(H):
             ev = rows(1, layer, h)
             vis = np.isfinite(ev)
@@ -803,6 +807,12 @@ def hccs_minilm_kl(*, sentences=None, calib: int = HCCS_SENTENCES[0],
                 if path == "i16_div":
                     kl["float ref"] = float(_kl_rows(qf, pf, vis).mean())
             kl["int8 floor"] = float(_kl_rows(qf, qx, vis).mean())
+            s_l = float(shared.x_scale[0])
+            x8l = np.clip(np.rint(np.where(vis, ev, 0.0) / s_l), -127, 127).astype(np.int8)
+            p = hccs_core(x8l, shared.B[0], shared.S[0], shared.Dmax[0], "i16_div", mask=vis)
+            kl["i16_div per layer"] = float(_kl_rows(
+                _softmax_vis(x8l.astype(np.float64) * s_l, vis),
+                p.astype(np.float64) * output_scale("i16_div"), vis).mean())
             with np.errstate(divide="ignore", invalid="ignore"):
                 ent = -np.where(qf > 0, qf * np.log(qf), 0.0).sum(-1)
             norm = float(np.mean(ent / np.log(np.maximum(vis.sum(-1), 2))))
