@@ -43,6 +43,8 @@ from . import intflash as _if
 from . import qflash as _qf
 
 VERDICTS = ("holds", "partly", "no", "not run")
+#: IntAttention Table 1: WikiText perplexity of Llama-3.2-1B (FP16, Quant-Only, IntAttention)
+INTATTENTION_TABLE1_LLAMA = {"fp16": 12.663, "quant_only": 13.701, "intattention": 13.070}
 QFLASH_SEEDS = (0, 1, 2, 3, 4)
 
 
@@ -114,6 +116,15 @@ def _claims() -> list[Claim]:
                          "structured heads, P matrix"))
     out.append(Claim("intattention:t9:order", "IntAttention", "Table 9", "UINT8 probabilities "
                      "beat INT8 (relative L1)", None, "order", "structured heads, P matrix"))
+    t1 = INTATTENTION_TABLE1_LLAMA
+    for run in ("intattention", "quant_only"):
+        out.append(Claim(f"intattention:t1:{run}", "IntAttention", "Table 1 (Llama 1B)",
+                         f"{run} perplexity excess over FP16 (WikiText)",
+                         t1[run] / t1["fp16"] - 1, "value",
+                         f"SmolLM2 perplexity ratio of {run} - 1, Alice text", "%"))
+    out.append(Claim("intattention:t1:order", "IntAttention", "Table 1", "IntAttention's "
+                     "perplexity is below Quant-Only's", None, "order",
+                     "SmolLM2 perplexity ratios of intattention and quant_only"))
     for kind in ("broad", "focused"):
         out.append(Claim(f"hccs:kl:{kind}", "HCCS", "section V-C", f"calibrated KL of {kind} "
                          "heads before retraining", _hccs.PAPER_KL[kind], "range",
@@ -251,6 +262,27 @@ def _ours(claim: Claim, report: dict | None, syn: dict | None):
         v = r["arr"] if ":arr" in k else r["prr"]
         why = setting + ("" if ":arr" in k else "; PRR = the worst (layer, head)")
         return v, f"{100 * v:.2f}", why
+    if k.startswith("intattention:t1:"):
+        ppl = [v for key, v in sm.items() if key.startswith("perplexity")]
+        if not ppl:
+            return None, "-", "SmolLM2 perplexity not in the report"
+        res = max(ppl, key=lambda r: r["tokens"])
+        rows = res["schemes"]
+        where = f"{res['windows']} x {res['tokens']} tokens"
+        if k.endswith("order"):
+            a, b = rows.get("intattention", {}), rows.get("quant_only", {})
+            if "ratio" not in a or "ratio" not in b:
+                return None, "-", "intattention or quant_only not run"
+            return a["ratio"] < b["ratio"], f"{a['ratio']:.4f} vs {b['ratio']:.4f}", \
+                ("intervals separate" if a["ratio_ci"][1] < b["ratio_ci"][0] or
+                 b["ratio_ci"][1] < a["ratio_ci"][0] else "intervals overlap") + f" ({where})"
+        r = rows.get(k.split(":")[-1], {})
+        if "ratio" not in r:
+            return None, "-", "not run"
+        lo, hi = r["ratio_ci"]
+        return r["ratio"] - 1, f"{100 * (r['ratio'] - 1):.2f} [{100 * (lo - 1):.2f}, " \
+            f"{100 * (hi - 1):.2f}]", f"{r['verdict']} ({where}); the paper's model is 8x " \
+            "larger, its text WikiText"
     if k in ("baps:t1:e2e", "baps:t1:naive"):
         ppl = [v for key, v in sm.items() if key.startswith("perplexity")]
         if not ppl:

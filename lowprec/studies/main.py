@@ -320,7 +320,7 @@ def resolve_models(model: str = "auto", *, quick: bool = False) -> list[str]:
 #: pipeline family (10 to 35 s each for 8 windows of 512 tokens on two busy cores); HCCS
 #: (three times slower; perplexity 7.9 times float32's) runs with ``--schemes hccs``
 PPL_DEFAULT_RUNS = ("baps/e2e_hif8", "baps/naive_e2e", "intflash/full", "qflash",
-                    "intattention")
+                    "intattention", "quant_only")
 #: model study sizes: (quick, default)
 MODEL_SIZES = {
     "perplexity": ({"lengths": (64,), "windows": 2}, {"lengths": (512,), "windows": 8}),
