@@ -638,9 +638,10 @@ def format_restart_table(res: dict) -> str:
     prev = None
     for t in taus:
         r = res["taus"][t]
+        ti = int(t)  # a JSON round trip makes the keys strings
         fac = f"{prev / r['arr']:.2f}" if prev and r["arr"] else "-"
-        pfac = (f"{PAPER_ARR_NLP[t - 1] / PAPER_ARR_NLP[t]:.2f}"
-                if t in PAPER_ARR_NLP and t - 1 in PAPER_ARR_NLP else "-")
+        pfac = (f"{PAPER_ARR_NLP[ti - 1] / PAPER_ARR_NLP[ti]:.2f}"
+                if ti in PAPER_ARR_NLP and ti - 1 in PAPER_ARR_NLP else "-")
         lines.append(f"{t:>4} {_pct(r['arr']):>7} {_pct(r.get('paper_arr')):>7} "
                      f"{_pct(r['prr']):>7} {_pct(r.get('paper_prr')):>7} "
                      f"{_pct(r.get('tile_share')):>8} {fac:>6} {pfac:>6}")
