@@ -434,6 +434,8 @@ def claims_markdown(rows: list[dict], *, command: str = "", settings: str = "") 
            "study` (default settings; the SmolLM2 rows) and the synthetic studies it ran.", ""]
     if settings:
         out += [settings, ""]
+    out += ["The same BAPS Table 4 at 4096 and 8192 tokens, and perplexity at 2048 and 4096 "
+            "tokens: `docs/study-runs.md`.", ""]
     out += ["Verdict rules (one per kind of claim): a value holds when ours / paper is in "
             "[0.8, 1.25], partly in [1/3, 3], no otherwise; SQNR holds within 1.5 dB (of the "
             "nearest seed), partly within 5 dB; a range holds inside, partly within a factor "
