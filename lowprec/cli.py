@@ -148,6 +148,17 @@ def _check_schemes_arg(value: str | None) -> None:
         raise ValueError(f"--schemes {value!r} names no scheme (see --list-schemes)")
 
 
+def _int_list(value: str, what: str, least: int) -> list[int]:
+    """``"512,2048"`` -> ``[512, 2048]``; ValueError names ``what`` for anything else."""
+    try:
+        out = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{what} {value!r} must be comma-separated integers") from None
+    if not out or min(out) < least:
+        raise ValueError(f"{what} {value!r} must name integers >= {least}")
+    return out
+
+
 def _cmd_study(args) -> int:
     from .studies import main as study
 
@@ -163,11 +174,21 @@ def _cmd_study(args) -> int:
         check_output_dir(args.out)
         selected = study.scheme_runs(args.schemes) if args.schemes else None
         study.resolve_models(args.model, quick=args.quick)
+        lengths = _int_list(args.lengths, "--lengths", 2) if args.lengths else None
+        if args.windows is not None and args.windows < 1:
+            raise ValueError(f"--windows must be >= 1, got {args.windows}")
+        resample = args.resample if args.resample in (None, "window", "auto") else \
+            _int_list(args.resample, "--resample", 1)[0]
+        resample = resample or "auto"
+        if args.restart_tokens is not None and args.restart_tokens < 2:
+            raise ValueError(f"--restart-tokens must be >= 2, got {args.restart_tokens}")
     except (ValueError, ImportError) as e:
         return _fail("study", e)
     study.run_study(args.model, list(selected) if selected else None, quick=args.quick,
                     out=args.out, progress=not args.no_progress, plots=not args.no_plots,
-                    seed=args.seed)
+                    seed=args.seed, lengths=lengths, windows=args.windows,
+                    critical=args.critical, resample=resample,
+                    restart_tokens=args.restart_tokens)
     return 0
 
 
@@ -290,6 +311,20 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     ps.add_argument("--list-schemes", action="store_true",
                     help="list the scheme runs and exit")
+    ps.add_argument("--lengths", metavar="LIST",
+                    help="SmolLM2 perplexity window lengths in tokens (default 512; the full "
+                         "study: 512,2048,4096,8192, hours on 2 cores)")
+    ps.add_argument("--windows", type=int, metavar="N",
+                    help="SmolLM2 perplexity windows per length (default 8)")
+    ps.add_argument("--critical", choices=("first+diagonal", "first", "first+last"),
+                    help="critical tile set of the BAPS restart study on SmolLM2 (default "
+                         "first+diagonal, see docs/design.md)")
+    ps.add_argument("--restart-tokens", type=int, metavar="N",
+                    help="window of the SmolLM2 restart study (default 2048; SmolLM2 reaches "
+                         "8192)")
+    ps.add_argument("--resample", metavar="UNIT",
+                    help="perplexity bootstrap unit: auto (default: windows from 8 windows on, "
+                         "else segments), window, or a segment length in tokens")
     ps.set_defaults(func=_cmd_study)
 
     pb = sub.add_parser(

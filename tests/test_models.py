@@ -217,6 +217,31 @@ def test_smollm2_short_perplexity_under_baps(smollm2):
     assert 0 <= run.stats.restart_rate <= 1
 
 
+def test_smollm2_windows_and_token_nll(smollm2):
+    """Issue 16 item 1: windows of the evaluation text, and per-token NLLs whose mean is
+    transformers' own loss (the LM head runs in chunks)."""
+    import torch
+
+    from lowprec.studies import models as S
+
+    model, tok = smollm2
+    wins = S.token_windows(tok, None, 40, 3)
+    assert [tuple(w.shape) for w in wins] == [(1, 40)] * 3
+    assert not torch.equal(wins[0], wins[1])
+    with pytest.raises(ValueError, match=r"windows must be an int in \[1, "):
+        S.token_windows(tok, None, 8192, 5)  # the text holds 4 windows of 8192 tokens
+    with torch.no_grad():
+        nll = S._token_nll(model, wins[0], chunk=16)
+        loss = float(model(input_ids=wins[0], labels=wins[0]).loss)
+    assert nll.shape == (39,)
+    assert float(nll.mean()) == pytest.approx(loss, rel=1e-5)
+    res = S.smollm2_perplexity({"flash": ("flash", {})}, max_tokens=40, windows=3)
+    row = res["schemes"]["flash"]  # float32 tiled attention: the same perplexity
+    assert row["ratio"] == pytest.approx(1.0, abs=1e-4) and row["verdict"] == "within noise"
+    assert res["float32_ci"][0] < res["float32"] < res["float32_ci"][1]
+    assert "within noise" in S.format_smollm2_perplexity(res)
+
+
 # ---- studies (slow) --------------------------------------------------------------------------
 
 
@@ -240,6 +265,7 @@ def test_study_hccs_minilm_kl_quick(minilm):
     for hd in res["heads"]:
         kl = hd["kl"]
         assert 0 <= kl["int8 floor"] < kl["i16_div"] < 1.0
+        assert kl["int8 floor"] < kl["i16_div per layer"] < 1.0  # one parameter set per layer
         assert hd["B"] - hd["S"] * hd["Dmax"] >= 0
     assert "i16_div" in S.format_hccs_minilm_kl(res, per_head=True)
 
@@ -255,5 +281,14 @@ def test_study_smollm2_quick(smollm2):
         assert len(r["per_layer"]) == 30 and len(r["per_head"][0]) == 9
         assert len(r["per_call"]) == 30
     assert "ARR" in S.format_smollm2_restart_rates(res)
+    for t in (0, 2):  # the Table 4 columns: the paper's numbers and the share of all tiles
+        r = res["taus"][t]
+        assert r["paper_arr"] > 0 and r["paper_prr"] > 0
+        assert r["all_tiles"] > r["tiles"] and 0 < r["tile_share"] < r["arr"]
     ppl = S.smollm2_perplexity(["intattention"], quick=True)
-    assert abs(ppl["schemes"]["intattention"]["ratio"] - 1) < 0.1
+    row = ppl["schemes"]["intattention"]
+    assert abs(row["ratio"] - 1) < 0.1
+    lo, hi = row["ratio_ci"]
+    assert lo <= row["ratio"] <= hi and lo < hi  # two windows: segments are resampled
+    assert row["verdict"] == S.noise_verdict(lo, hi)
+    assert ppl["windows"] == 2 and ppl["resample"] == S.resample_unit(2, 63)

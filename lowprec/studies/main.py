@@ -14,10 +14,20 @@
    the BAPS Table 4 / Figure 4 analogue);
 4. when a real model is installed (``lowprec.torch.models``), runs the schemes on it too
    (SmolLM2 perplexity and restart rates per layer and head, MiniLM embedding cosine);
-5. prints the tables (:func:`format_report`), writes ``report.json``, ``summary.txt`` and the
-   plots (:func:`write_plots`, matplotlib with the Agg backend) to the output folder.
+5. runs the synthetic studies behind the claims table (:mod:`lowprec.studies.claims`: QFlash
+   Table 4 over five seeds, INT-FlashAttention Tables 1-2, IntAttention Table 9, HCCS KL, BAPS
+   Figure 2 and Table 1 ordering);
+6. prints the tables (:func:`format_report`), then the summary (BAPS Table 4 on SmolLM2 beside
+   the paper, perplexity ratios with intervals grouped by worse / within noise / better) and
+   the claims table; writes ``report.json``, ``summary.txt`` and the plots
+   (:func:`write_plots`, matplotlib with the Agg backend) to the output folder.
 
-``quick=True`` shrinks every size (about a minute on two cores once Numba's cache is warm).
+The SmolLM2 part reads *Alice's Adventures in Wonderland* (:func:`lowprec.torch.models.eval_text`):
+perplexity over 8 windows of 512 tokens with a bootstrap interval, the BAPS restart table at
+2048 tokens with 128 x 128 tiles and the critical set ``first+diagonal`` (tau 0, 1, 2) and its
+16 x 16-tile variant (tau 1).  ``lengths=(512, 2048, 4096, 8192)`` runs the full perplexity
+study (hours on two cores).  ``quick=True`` shrinks every size (about a minute on two cores
+once Numba's cache is warm).
 """
 
 from __future__ import annotations
@@ -306,16 +316,35 @@ def resolve_models(model: str = "auto", *, quick: bool = False) -> list[str]:
     return wanted
 
 
-def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=TAUS,
-                progress: bool = False) -> dict:
+#: the perplexity runs of the default study (when no --schemes is given): one run of each
+#: pipeline family (10 to 35 s each for 8 windows of 512 tokens on two busy cores); HCCS
+#: (three times slower; perplexity 7.9 times float32's) runs with ``--schemes hccs``
+PPL_DEFAULT_RUNS = ("baps/e2e_hif8", "baps/naive_e2e", "intflash/full", "qflash",
+                    "intattention", "quant_only")
+#: model study sizes: (quick, default)
+MODEL_SIZES = {
+    "perplexity": ({"lengths": (64,), "windows": 2}, {"lengths": (512,), "windows": 8}),
+    "restart": ({"tokens": 128, "block": 32}, {"tokens": 2048, "block": 128}),
+    # the 16 x 16-tile variant of lowprec.torch.models' docstring, at tau = 1
+    "restart_16x16": ({"tokens": 128, "block": 16}, {"tokens": 1024, "block": 16}),
+}
+
+
+def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1, 2),
+                progress: bool = False, lengths=None, windows=None, all_runs: bool = False,
+                critical=None, resample="auto", restart_tokens: int | None = None) -> dict:
     """Run the schemes on real models (:mod:`lowprec.studies.models`).
 
-    SmolLM2: perplexity of the sample text under every run
-    (:func:`~lowprec.studies.models.smollm2_perplexity`) and BAPS ``e2e_hif8`` restart rates
-    per layer and head for each tau (:func:`~lowprec.studies.models.smollm2_restart_rates`).
+    SmolLM2: perplexity over windows of the evaluation text under every run, with the ratio to
+    float32 and its bootstrap interval (:func:`~lowprec.studies.models.smollm2_perplexity`;
+    one result per window length), and the BAPS Table 4 analogue: ``e2e_hif8`` restart rates
+    per tau at 2048 tokens with 128 x 128 tiles and the critical set ``first+diagonal``, then
+    the 16 x 16-tile variant at tau = 1 (:func:`~lowprec.studies.models.smollm2_restart_rates`).
     MiniLM: cosine similarity of the sentence embeddings under every run
-    (:func:`~lowprec.studies.models.minilm_cosine`).  A run that fails on a model is recorded
-    with its error; the others go on.
+    (:func:`~lowprec.studies.models.minilm_cosine`) and the HCCS KL of heads calibrated on
+    MiniLM's own logits (:func:`~lowprec.studies.models.hccs_minilm_kl`, the HCCS paper's
+    section V-C on real heads).  A run that fails on a model is recorded with its error; the
+    others go on.
 
     Args:
         names: from :func:`resolve_models`.
@@ -324,10 +353,21 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=TAUS,
         taus: restart thresholds of the SmolLM2 restart study.
         progress: a tqdm bar over the model studies (and transformers' own loading bars);
             False silences both.
+        lengths: perplexity window lengths (default 512; quick 64); e.g. ``(512, 2048, 4096,
+            8192)`` for the full study.
+        windows: perplexity windows per length (default 8; None with ``lengths``: 8).
+        all_runs: SmolLM2 perplexity under every run of ``runs``; otherwise only those of
+            :data:`PPL_DEFAULT_RUNS` among them (when that leaves none, all of ``runs``).
+        critical: the restart study's critical set (default
+            :data:`lowprec.studies.models.RESTART_CRITICAL`).
+        resample: the perplexity bootstrap unit (``"auto"``, ``"window"`` or a segment length,
+            :func:`lowprec.studies.models.resample_unit`).
+        restart_tokens: window of the restart study (default 2048; quick 128).
 
     Returns:
-        ``{"smollm2": {"perplexity": ..., "restart_rates": ...}, "minilm": {"cosine": ...}}``
-        (the models present), each value the model study function's result.
+        ``{"smollm2": {"perplexity": ..., "perplexity_<L>": ... (further lengths),
+        "restart_rates": ..., "restart_16x16": ...}, "minilm": {"cosine": ..., "hccs_kl":
+        ...}}`` (the models present), each value the model study function's result.
     """
     from . import models as _models
 
@@ -338,18 +378,43 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=TAUS,
             hf_logging.disable_progress_bar()
         except ImportError:
             pass
-    with_baps = any(s == "baps" for s, _ in runs.values())
-    tasks = [(n, k) for n in names for k in (
-        ("perplexity", "restart_rates") if n == "smollm2" and with_baps else
-        ("perplexity",) if n == "smollm2" else ("cosine",))]
+    i = 0 if quick else 1
+    pz = MODEL_SIZES["perplexity"][i]
+    lengths = tuple(lengths) if lengths else pz["lengths"]
+    windows = windows or pz["windows"]
+    critical = critical or _models.RESTART_CRITICAL
+    ppl_runs = dict(runs)
+    if not all_runs:
+        ppl_runs = {k: v for k, v in runs.items() if k in PPL_DEFAULT_RUNS} or dict(runs)
+    with_baps = any(s == "baps" and o.get("config") == "e2e_hif8" for s, o in runs.values())
+    tasks = []
+    for n in names:
+        if n == "smollm2":
+            tasks += [(n, "perplexity" if j == 0 else f"perplexity_{L}", L)
+                      for j, L in enumerate(lengths)]
+            if with_baps:
+                tasks += [(n, "restart_rates", None), (n, "restart_16x16", None)]
+        else:
+            tasks += [(n, "cosine", None), (n, "hccs_kl", None)]
     bar = _bar(len(tasks), "models", progress)
     res: dict = {}
-    for name, key in tasks:
+    for name, key, L in tasks:
         bar.set_postfix_str(f"{name} {key}")
-        if key == "perplexity":
-            val = _models.smollm2_perplexity(dict(runs), quick=quick)
+        if key.startswith("perplexity"):
+            val = _models.smollm2_perplexity(ppl_runs, max_tokens=L, windows=windows,
+                                             resample=resample)
         elif key == "restart_rates":
-            val = _models.smollm2_restart_rates(tuple(taus), quick=quick)
+            rz = MODEL_SIZES["restart"][i]
+            val = _models.smollm2_restart_rates(tuple(taus),
+                                                max_tokens=restart_tokens or rz["tokens"],
+                                                block=rz["block"], critical=critical)
+        elif key == "restart_16x16":
+            rz = MODEL_SIZES["restart_16x16"][i]
+            val = _models.smollm2_restart_rates((1,),
+                                                max_tokens=restart_tokens or rz["tokens"],
+                                                block=rz["block"], critical=critical)
+        elif key == "hccs_kl":
+            val = _models.hccs_minilm_kl(quick=quick)
         else:
             val = _models.minilm_cosine(dict(runs), quick=quick)
         res.setdefault(name, {})[key] = val
@@ -364,7 +429,9 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=TAUS,
 
 def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
               out: str | os.PathLike | None = DEFAULT_OUT, progress: bool = True,
-              plots: bool = True, seed: int = 0, echo=print) -> dict:
+              plots: bool = True, seed: int = 0, echo=print, lengths=None,
+              windows: int | None = None, critical=None, resample="auto",
+              claims: bool | None = None, restart_tokens: int | None = None) -> dict:
     """The main job: every scheme on the study's workloads, tables, plots and a JSON report.
 
     Args:
@@ -378,6 +445,19 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         plots: write PNG plots (needs matplotlib; skipped with a note when missing).
         seed: input seed.
         echo: where the tables go (``print``; None for silence).
+        lengths: SmolLM2 perplexity window lengths (default 512 tokens; the full study is
+            ``(512, 2048, 4096, 8192)``, about an hour per length on two cores).
+        windows: perplexity windows per length (default 8).
+        critical: the BAPS restart study's critical set (default ``"first+diagonal"``).
+        resample: the perplexity bootstrap unit (``"auto"``: windows from 8 on, else segments;
+            ``"window"``; or a segment length in tokens).
+        restart_tokens: window of the SmolLM2 restart study (default 2048).
+        claims: run the synthetic studies of the claims table
+            (:func:`lowprec.studies.claims.synthetic_results`, a minute or two); default: not
+            with ``quick`` (the table then lists those claims as "not run").
+
+    With ``schemes=None`` the SmolLM2 perplexity runs only :data:`PPL_DEFAULT_RUNS` (one run of
+    each pipeline family); naming schemes runs those.
 
     Returns:
         The report dict (what ``report.json`` holds, with a ``"files"`` list).
@@ -411,7 +491,9 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
     report: dict = {
         "lowprec_study": 1,
         "settings": {"model": model, "models": models, "schemes": list(runs), "quick": quick,
-                     "seed": seed},
+                     "seed": seed, "lengths": list(lengths) if lengths else None,
+                     "windows": windows, "critical": critical, "resample": resample,
+                     "restart_tokens": restart_tokens},
         "machine": _machine(),
         "runs": {k: {"scheme": s, "options": o} for k, (s, o) in runs.items()},
     }
@@ -434,8 +516,18 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         t0 = time.perf_counter()
         say(f"running the schemes on {', '.join(models)} (loading the models may take a "
             "minute)")
-        report["models"] = model_study(models, runs, quick=quick, progress=progress)
+        report["models"] = model_study(models, runs, quick=quick, progress=progress,
+                                       lengths=lengths, windows=windows,
+                                       all_runs=schemes is not None, critical=critical,
+                                       resample=resample, restart_tokens=restart_tokens)
         timings["models"] = time.perf_counter() - t0
+    if (not quick) if claims is None else claims:
+        from . import claims as _claims
+
+        t0 = time.perf_counter()
+        say("running the synthetic studies of the claims table")
+        report["claims_synthetic"] = _claims.synthetic_results(quick=quick)
+        timings["claims"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     report["seconds"] = timings
     text = format_report(report)
@@ -511,13 +603,29 @@ def format_accuracy(res: dict) -> str:
 
 
 def format_report(report: dict) -> str:
-    """Every table of a :func:`run_study` report, as printed by ``lowprec study``."""
+    """Every table of a :func:`run_study` report, as printed by ``lowprec study``, then the
+    summary (:func:`format_summary`) and the claims table
+    (:func:`lowprec.studies.claims.format_claims`)."""
+    from . import claims as _claims
+
     parts = [format_accuracy(report["synthetic"])]
     if "restart" in report:
         parts.append(_baps.format_restart_vs_tau(report["restart"]))
     for name, r in report.get("models", {}).items():
         parts.append(_format_model(name, r))
+    parts.append(format_summary(report))
+    parts.append(_claims.format_claims(_claims.claims_from_report(report)))
     return "\n\n".join(parts)
+
+
+def _model_key(key: str) -> str:
+    """The result kind of a model-study key: ``perplexity_2048`` -> ``perplexity``,
+    ``restart_16x16`` -> ``restart_rates``."""
+    if key.startswith("perplexity"):
+        return "perplexity"
+    if key.startswith("restart"):
+        return "restart_rates"
+    return key
 
 
 def _format_model(name: str, r: dict) -> str:
@@ -525,9 +633,51 @@ def _format_model(name: str, r: dict) -> str:
 
     out = []
     for key, val in r.items():
-        fn = getattr(_models, f"format_{name}_{key}", None)
+        fn = _models.format_hccs_minilm_kl if (name, key) == ("minilm", "hccs_kl") else \
+            getattr(_models, f"format_{name}_{_model_key(key)}", None)
         out.append(fn(val) if fn else f"{name} {key}: {json.dumps(to_jsonable(val))[:2000]}")
     return "\n\n".join(out)
+
+
+def format_summary(report: dict) -> str:
+    """The study's summary: the BAPS Table 4 analogue on SmolLM2 (ARR and PRR per tau beside
+    the paper's) and, per perplexity window length, every run's ratio to float32 with its
+    interval, grouped as worse than float32, within noise (the interval contains 1) and better
+    than float32 beyond the interval.  Without SmolLM2 results: the synthetic restart sweep."""
+    from . import models as _models
+
+    lines = ["SUMMARY"]
+    sm = report.get("models", {}).get("smollm2", {})
+    if "restart_rates" in sm:
+        lines.append(_models.format_restart_table(sm["restart_rates"]))
+        if "restart_16x16" in sm:
+            r16 = sm["restart_16x16"]
+            t = next(iter(r16["taus"]))
+            v = r16["taus"][t]
+            lines.append(f"16x16 tiles ({r16['tokens']} tokens, tau = {t}): ARR "
+                         f"{_models._pct(v['arr'])} %, PRR {_models._pct(v['prr'])} %, "
+                         f"restarted share of all tiles {_models._pct(v['tile_share'])} %")
+    elif "restart" in report:
+        r = report["restart"]
+        lines.append("BAPS restarts on synthetic sink + recency heads: ARR "
+                     + ", ".join(f"tau={t}: {100 * a:.2f} %" for t, a in
+                                 zip(r["taus"], r["arr"], strict=True) if a is not None))
+    for key, res in sm.items():
+        if not key.startswith("perplexity"):
+            continue
+        rows = {k: v for k, v in res["schemes"].items() if "ratio" in v}
+        lines.append(f"SmolLM2 perplexity ratio to float32 ({res['windows']} x {res['tokens']} "
+                     f"tokens, {100 * res['confidence']:.0f} % interval):")
+        for verdict in ("worse", "within noise", "better"):
+            grp = [k for k, v in rows.items() if v["verdict"] == verdict]
+            if grp:
+                lines.append(f"  {verdict}: " + ", ".join(
+                    f"{k} {rows[k]['ratio']:.4f} [{rows[k]['ratio_ci'][0]:.4f}, "
+                    f"{rows[k]['ratio_ci'][1]:.4f}]" for k in grp))
+        failed = [k for k, v in res["schemes"].items() if "error" in v]
+        if failed:
+            lines.append("  failed: " + ", ".join(failed))
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------
@@ -674,12 +824,13 @@ def plot_rate_histograms(per_head: dict, ax=None):
 def _plot_model(name: str, key: str, val):
     """The plot of one real-model result (None when there is none for it)."""
     fn = {("smollm2", "perplexity"): plot_perplexity, ("minilm", "cosine"): plot_cosine,
-          ("smollm2", "restart_rates"): plot_model_restarts}.get((name, key))
+          ("smollm2", "restart_rates"): plot_model_restarts}.get((name, _model_key(key)))
     return fn(val) if fn else None
 
 
 def plot_perplexity(res: dict, ax=None):
-    """Perplexity ratio (scheme / float32) of each run on SmolLM2, log scale.
+    """Perplexity ratio (scheme / float32) of each run on SmolLM2, log scale, with the
+    bootstrap interval as error bars (grey bars: within noise).
 
     Args:
         res: :func:`lowprec.studies.models.smollm2_perplexity` result.
@@ -692,13 +843,20 @@ def plot_perplexity(res: dict, ax=None):
     rows = {k: r for k, r in res["schemes"].items() if "ppl" in r and math.isfinite(r["ppl"])}
     fig, ax = _axes(ax, (7, 0.3 * len(rows) + 1.2))
     labels = list(rows)
-    ax.barh(np.arange(len(labels)), [rows[k]["ratio"] - 1 for k in labels])
-    ax.set_yticks(np.arange(len(labels)), labels)
+    y = np.arange(len(labels))
+    mid = np.array([rows[k]["ratio"] - 1 for k in labels])
+    ci = np.array([rows[k].get("ratio_ci", [rows[k]["ratio"]] * 2) for k in labels]) - 1
+    noise = [rows[k].get("verdict") == "within noise" for k in labels]
+    ax.barh(y, mid, color=["0.7" if n else "C0" for n in noise])
+    ax.errorbar(mid, y, xerr=np.abs(ci.T - mid), fmt="none", ecolor="k", capsize=2, lw=1)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(y, labels)
     ax.invert_yaxis()
     ax.set_xscale("symlog", linthresh=1e-3)
-    ax.set_xlabel(f"perplexity / float32 perplexity - 1 (float32: {res['float32']:.3f})")
+    ax.set_xlabel(f"perplexity / float32 perplexity - 1 (float32: {res['float32']:.3f}); "
+                  "grey: within noise")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(f"SmolLM2-135M, {res['tokens']} tokens")
+    ax.set_title(f"SmolLM2-135M, {res.get('windows', 1)} x {res['tokens']} tokens")
     return fig
 
 
@@ -779,7 +937,7 @@ def plot_model_restarts(res: dict):
 
 __all__ = ["run_study", "scheme_runs", "synthetic_workloads", "compare_schemes",
            "restart_sweep", "resolve_models", "model_study", "accuracy_metrics",
-           "format_accuracy", "format_report", "write_plots", "plot_accuracy",
+           "format_accuracy", "format_report", "format_summary", "write_plots", "plot_accuracy",
            "plot_restart_vs_tau", "plot_rate_histograms", "plot_perplexity", "plot_cosine",
            "plot_model_restarts", "to_jsonable", "DEFAULT_OUT",
-           "MODEL_CHOICES", "TAUS"]
+           "MODEL_CHOICES", "TAUS", "PPL_DEFAULT_RUNS", "MODEL_SIZES"]

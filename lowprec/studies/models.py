@@ -2,7 +2,9 @@
 restart rates and HCCS calibration on real attention logits.
 
 The models are loaded offline by :func:`lowprec.torch.models.load_model` (kept per process);
-the evaluation text is :func:`lowprec.torch.models.sample_text` (original prose, CC0).  Every
+the texts are :func:`lowprec.torch.models.eval_text` (*Alice's Adventures in Wonderland*, public
+domain, about 39,000 SmolLM2 tokens: perplexity and restarts) and
+:func:`lowprec.torch.models.sample_text` (original prose, CC0: MiniLM sentences).  Every
 emulated run goes through :func:`lowprec.torch.emulate`, which answers the models' torch SDPA
 calls (``attn_implementation="sdpa"``) with the chosen scheme; all other operations stay float32.
 
@@ -12,13 +14,14 @@ calls (``attn_implementation="sdpa"``) with the chosen scheme; all other operati
   batch, so the masked (padding) path of every scheme is exercised.  With the default BAPS tiles
   of 128 x 128 a sentence (< 128 tokens) is one key tile, the critical one, so BAPS never
   restarts there; the configuration with 16 x 16 tiles shows restarts on the same model.
-* :func:`smollm2_perplexity`: perplexity of the first ``max_tokens`` tokens of the sample text
-  (one causal window, next-token loss) for float32 and each scheme.
+* :func:`smollm2_perplexity`: perplexity over several windows of ``max_tokens`` tokens (512 to
+  8192) for float32 and each scheme, the ratio to float32 with a paired bootstrap interval over
+  windows, and which runs are within noise (the interval contains 1).
 * :func:`smollm2_restart_rates`: BAPS ``e2e_hif8`` restart rates of SmolLM2 per layer and per
-  head for several ``tau``, from the per-call :class:`lowprec.stats.BapsStats`, with ARR, PRR and
-  the per-call and per-(call, head) rate lists (for a histogram).  Defaults: 512 tokens and
-  64 x 64 tiles (one window of the sample text gives 28 non-critical causal tiles per head;
-  with 128 x 128 tiles it would be 6).
+  head for several ``tau``: ARR, PRR and the restarted share of all tiles beside the paper's
+  Table 4, plus the per-call and per-(call, head) rate lists (for a histogram).  Defaults:
+  2048 tokens, 128 x 128 tiles, critical set ``first+diagonal`` (136 causal tiles per head, of
+  which 105 are non-critical).
 * :func:`hccs_minilm_kl`: HCCS parameters calibrated per (layer, head) on MiniLM's real attention
   logits (captured from its SDPA calls: ``q k^T * scale`` plus the padding mask), KL before
   retraining on held-out sentences, next to the int8-logit floor (HCCS paper section V-C).
@@ -55,9 +58,16 @@ QUICK_SCHEMES = ("baps e2e_hif8 tau=1", "intattention", "flash")
 SMOLLM2_SKIP = ("baps e2e_hif8 tau=0", "baps e2e_hif8 tau=2", "baps e2e_hif8 tau=1 16x16",
                 "baps naive_e2e", "reference")
 MINILM_SENTENCES = 16
-SMOLLM2_TOKENS = 128
-RESTART_TOKENS = 512
-RESTART_BLOCK = 64
+SMOLLM2_TOKENS = 512  # perplexity window (tokens)
+PPL_WINDOWS = 8  # perplexity windows (the text holds 76 of 512 tokens)
+PPL_LENGTHS = (512, 2048, 4096, 8192)  # the full perplexity study (issue 16 item 1)
+BOOTSTRAP = 2000  # bootstrap draws of the perplexity-ratio interval
+MIN_WINDOWS = 8  # fewer windows than this: resample="auto" bootstraps over segments
+AUTO_UNITS = 16  # resample="auto" with few windows: about this many segments in all
+CONFIDENCE = 0.95
+RESTART_TOKENS = 2048
+RESTART_BLOCK = 128
+RESTART_CRITICAL = "first+diagonal"  # see smollm2_restart_rates
 HCCS_SENTENCES = (8, 8)  # calibration, evaluation
 KL_EPS = 1e-6  # probability floor of the KL (as lowprec.studies.hccs)
 
@@ -224,40 +234,202 @@ def format_minilm_cosine(res: dict) -> str:
 
 
 def _token_ids(tok, text: str | None, max_tokens: int):
-    from ..torch.models import sample_text
+    """The first ``max_tokens`` token ids ``(1, n)`` of ``text`` (default: the evaluation text,
+    :func:`lowprec.torch.models.eval_text`)."""
+    from ..torch.models import eval_text
 
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
         raise ValueError(f"max_tokens must be an int >= 2, got {max_tokens!r}")
-    text = sample_text() if text is None else text
+    text = eval_text() if text is None else text
     ids = tok(text, return_tensors="pt")["input_ids"][:, :max_tokens]
     if ids.shape[1] < 2:
         raise ValueError("the text gives fewer than 2 tokens")
     return ids
 
 
-def smollm2_perplexity(schemes=None, *, text: str | None = None,
-                       max_tokens: int = SMOLLM2_TOKENS, quick: bool = False) -> dict:
-    """Perplexity of SmolLM2-135M on the sample text, float32 and under each scheme.
+def token_windows(tok, text: str | None = None, length: int = SMOLLM2_TOKENS,
+                  windows: int | None = PPL_WINDOWS) -> list:
+    """Consecutive non-overlapping windows of ``length`` tokens from the start of ``text``.
 
-    One causal window of the first ``max_tokens`` tokens; perplexity = ``exp`` of the mean
-    next-token cross-entropy (transformers' ``labels=`` loss).
+    Args:
+        tok: the model's tokenizer.
+        text: the text (default :func:`lowprec.torch.models.eval_text`, about 39,000 SmolLM2
+            tokens).
+        length: tokens per window (>= 2).
+        windows: how many (None: every full window of the text).
+
+    Returns:
+        A list of ``(1, length)`` int64 tensors.
+
+    Raises:
+        ValueError: ``length`` < 2, or the text holds fewer than ``windows`` full windows (the
+            message says how many it holds).
+    """
+    from ..torch.models import eval_text
+
+    if isinstance(length, bool) or not isinstance(length, int) or length < 2:
+        raise ValueError(f"length must be an int >= 2, got {length!r}")
+    text = eval_text() if text is None else text
+    ids = tok(text, return_tensors="pt")["input_ids"]
+    have = int(ids.shape[1]) // length
+    want = have if windows is None else windows
+    if isinstance(want, bool) or not isinstance(want, int) or want < 1 or want > have:
+        raise ValueError(f"windows must be an int in [1, {have}] for windows of {length} tokens "
+                         f"of this text ({int(ids.shape[1])} tokens), got {windows!r}")
+    return [ids[:, i * length:(i + 1) * length] for i in range(want)]
+
+
+def _token_nll(model, ids, chunk: int = 512) -> np.ndarray:
+    """Next-token negative log-likelihoods ``(n - 1,)`` (float64) of one causal window.
+
+    The decoder runs once; the LM head and the cross-entropy run on ``chunk`` positions at a
+    time, so an 8k-token window never holds its full ``(n, vocabulary)`` logits."""
+    import torch
+    import torch.nn.functional as F
+
+    h = model.model(input_ids=ids).last_hidden_state[0]
+    target = ids[0, 1:]
+    out = []
+    for a in range(0, target.shape[0], chunk):
+        logits = model.lm_head(h[a:a + chunk][: target.shape[0] - a]).float()
+        out.append(F.cross_entropy(logits, target[a:a + chunk], reduction="none"))
+    return torch.cat(out).double().numpy()
+
+
+def resample_unit(windows: int, scored: int, resample="auto"):
+    """The bootstrap unit that ``resample`` means for ``windows`` windows of ``scored`` scored
+    tokens each: ``"window"`` stays, an int stays, and ``"auto"`` is ``"window"`` from
+    :data:`MIN_WINDOWS` windows on, else segments of ``ceil(windows * scored / 16)`` tokens
+    (about :data:`AUTO_UNITS` units; at least 8 tokens each).
+
+    Example:
+        >>> resample_unit(8, 511), resample_unit(2, 63), resample_unit(4, 8191)
+        ('window', 8, 2048)
+    """
+    if resample != "auto":
+        return resample
+    if windows >= MIN_WINDOWS:
+        return "window"
+    return max(8, math.ceil(windows * scored / AUTO_UNITS))
+
+
+def _units(nll: list, resample) -> np.ndarray:
+    """Per resampling unit ``[nll sum, tokens]``: one unit per window (``resample="window"``)
+    or per consecutive segment of ``resample`` scored tokens within each window."""
+    rows = []
+    for w in nll:
+        if resample == "window":
+            rows.append((w.sum(), w.size))
+        else:
+            rows += [(w[a:a + resample].sum(), w[a:a + resample].size)
+                     for a in range(0, w.size, resample)]
+    return np.asarray(rows, dtype=np.float64)
+
+
+def bootstrap_ratio(nll, nll_ref, *, resample="window", samples: int = BOOTSTRAP,
+                    confidence: float = CONFIDENCE, seed: int = 0) -> dict:
+    """Perplexity ratio ``ppl / ppl_ref`` with a paired percentile bootstrap interval.
+
+    Perplexity is ``exp(sum nll / tokens)``.  The resampling unit is a window (or a segment of
+    ``resample`` tokens); the same units are drawn for both runs (paired), so the interval
+    measures how much the ratio depends on which text was read, not the text's difficulty.
+
+    Args:
+        nll, nll_ref: per-window arrays of per-token negative log-likelihoods (same shapes).
+        resample: ``"window"`` or a segment length in tokens (int >= 1).
+        samples: bootstrap draws (fixed ``seed``).
+        confidence: interval coverage (two-sided, percentile).
+        seed: random seed of the draws.
+
+    Returns:
+        ``{"ratio", "lo", "hi", "units", "ppl", "ppl_ref", "ref_lo", "ref_hi"}``; with one
+        unit the interval is ``[ratio, ratio]`` (nothing to resample).
+
+    Raises:
+        ValueError: mismatched windows or a bad ``resample``.
+
+    Example:
+        >>> a = [np.full(10, 1.0), np.full(10, 1.2)]
+        >>> r = bootstrap_ratio(a, a)
+        >>> r["ratio"], r["lo"], r["hi"]
+        (1.0, 1.0, 1.0)
+    """
+    if resample != "window" and (isinstance(resample, bool) or not isinstance(resample, int)
+                                 or resample < 1):
+        raise ValueError(f"resample must be 'window' or a segment length >= 1, got {resample!r}")
+    if len(nll) != len(nll_ref) or any(np.shape(a) != np.shape(b)
+                                       for a, b in zip(nll, nll_ref, strict=True)):
+        raise ValueError("nll and nll_ref must have the same windows")
+    u, ur = _units([np.asarray(a, np.float64) for a in nll], resample), \
+        _units([np.asarray(a, np.float64) for a in nll_ref], resample)
+    n = u.shape[0]
+    tokens = u[:, 1].sum()
+    ratio = math.exp((u[:, 0].sum() - ur[:, 0].sum()) / tokens)
+    ppl, ppl_ref = math.exp(u[:, 0].sum() / tokens), math.exp(ur[:, 0].sum() / tokens)
+    if n < 2:
+        return {"ratio": ratio, "lo": ratio, "hi": ratio, "units": n, "ppl": ppl,
+                "ppl_ref": ppl_ref, "ref_lo": ppl_ref, "ref_hi": ppl_ref}
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(samples, n))
+    tok = u[idx, 1].sum(1)
+    diff = (u[idx, 0] - ur[idx, 0]).sum(1) / tok
+    ref = ur[idx, 0].sum(1) / tok
+    q = (1 - confidence) / 2
+    lo, hi = np.exp(np.quantile(diff, [q, 1 - q]))
+    rlo, rhi = np.exp(np.quantile(ref, [q, 1 - q]))
+    return {"ratio": ratio, "lo": float(lo), "hi": float(hi), "units": n, "ppl": ppl,
+            "ppl_ref": ppl_ref, "ref_lo": float(rlo), "ref_hi": float(rhi)}
+
+
+def noise_verdict(lo: float, hi: float) -> str:
+    """``"within noise"`` when the interval ``[lo, hi]`` of a ratio to float32 contains 1, else
+    ``"worse"`` (above 1) or ``"better"`` (below 1)."""
+    if lo <= 1.0 <= hi:
+        return "within noise"
+    return "worse" if lo > 1.0 else "better"
+
+
+def smollm2_perplexity(schemes=None, *, text: str | None = None,
+                       max_tokens: int = SMOLLM2_TOKENS, windows: int | None = PPL_WINDOWS,
+                       resample="auto", bootstrap: int = BOOTSTRAP,
+                       confidence: float = CONFIDENCE, seed: int = 0,
+                       quick: bool = False) -> dict:
+    """Perplexity of SmolLM2-135M on the evaluation text, float32 and under each scheme, with a
+    bootstrap interval of each ratio to float32.
+
+    The text (default :func:`lowprec.torch.models.eval_text`, *Alice's Adventures in
+    Wonderland*) is cut into ``windows`` consecutive windows of ``max_tokens`` tokens; each is
+    one causal forward pass scored on next-token cross-entropy.  Perplexity is ``exp`` of the
+    mean over all scored tokens; the ratio's interval is a paired bootstrap over windows
+    (:func:`bootstrap_ratio`), and a run whose interval contains 1 is marked
+    ``"within noise"`` (:func:`noise_verdict`).
 
     Args:
         schemes: None (:func:`default_schemes` without the entries of :data:`SMOLLM2_SKIP`),
             labels of :func:`default_schemes`, or a dict ``{label: (scheme, options)}``.
-        text: evaluation text (default :func:`lowprec.torch.models.sample_text`).
-        max_tokens: window length in tokens (default 128; the sample text has about 1130).
-        quick: 64 tokens and only :data:`QUICK_SCHEMES` (when ``schemes`` is None).
+        text: evaluation text.
+        max_tokens: window length in tokens (default 512; SmolLM2 reaches 8192).
+        windows: number of windows (default 8; None: all that fit, 76 of 512 tokens, 19 of
+            2048, 9 of 4096, 4 of 8192).
+        resample: bootstrap unit: ``"auto"`` (windows when there are at least 8, else about
+            16 segments, :func:`resample_unit`), ``"window"`` or a segment length in tokens.
+        bootstrap: bootstrap draws.
+        confidence: interval coverage.
+        seed: bootstrap seed.
+        quick: 2 windows of 64 tokens and only :data:`QUICK_SCHEMES` (when ``schemes`` is
+            None).
 
     Returns:
-        ``{"model", "tokens", "float32": ppl, "schemes": {label: {"scheme", "options",
-        "ppl", "ratio" (ppl / float32 ppl), "restart_rate", "peak_restart_rate",
-        "emulation_seconds", "seconds"} or {"error"}}}``.
+        ``{"model", "tokens" (window length), "windows", "scored_tokens", "float32": ppl,
+        "float32_ci": [lo, hi], "resample", "confidence", "bootstrap", "schemes": {label:
+        {"scheme", "options", "ppl", "ratio" (ppl / float32 ppl), "ratio_ci": [lo, hi],
+        "verdict", "restart_rate", "peak_restart_rate", "emulation_seconds", "seconds"} or
+        {"error"}}}``.
 
     Example::
 
         >>> res = smollm2_perplexity(quick=True)
-        >>> res["float32"], res["schemes"]["intattention"]["ppl"]
+        >>> res["schemes"]["intattention"]["ratio_ci"]
     """
     import torch
 
@@ -265,7 +437,7 @@ def smollm2_perplexity(schemes=None, *, text: str | None = None,
     from ..torch.models import load_model
 
     if quick:
-        max_tokens = min(max_tokens, 64)
+        max_tokens, windows = min(max_tokens, 64), 2
         if schemes is None:
             schemes = list(QUICK_SCHEMES)
     if schemes is None:
@@ -273,24 +445,36 @@ def smollm2_perplexity(schemes=None, *, text: str | None = None,
     else:
         cfg = _resolve(schemes)
     model, tok = load_model("smollm2")
-    ids = _token_ids(tok, text, max_tokens)
+    wins = token_windows(tok, text, max_tokens, windows)
     t0 = time.perf_counter()
     with torch.no_grad():
-        base = math.exp(float(model(input_ids=ids, labels=ids).loss))
-    res = {"model": "smollm2", "tokens": int(ids.shape[1]), "float32": base,
+        base = [_token_nll(model, w) for w in wins]
+    resample = resample_unit(len(wins), max_tokens - 1, resample)
+    b0 = bootstrap_ratio(base, base, resample=resample, samples=bootstrap,
+                         confidence=confidence, seed=seed)
+    res = {"model": "smollm2", "tokens": max_tokens, "windows": len(wins),
+           "scored_tokens": int(sum(b.size for b in base)), "float32": b0["ppl_ref"],
+           "float32_ci": [b0["ref_lo"], b0["ref_hi"]], "resample": resample,
+           "confidence": confidence, "bootstrap": bootstrap,
            "float32_seconds": time.perf_counter() - t0, "schemes": {}}
     for label, (scheme, opts) in cfg.items():
         t0 = time.perf_counter()
         try:
             with torch.no_grad(), emulate(scheme, model=model, **opts) as run:
-                loss = float(model(input_ids=ids, labels=ids).loss)
+                nll = [_token_nll(model, w) for w in wins]
         except Exception as e:  # noqa: BLE001 - reported in the table
             res["schemes"][label] = {"scheme": scheme, "options": opts, "error": _error(e)}
             continue
-        ppl = math.exp(loss) if math.isfinite(loss) else float("nan")
+        if not all(np.all(np.isfinite(a)) for a in nll):
+            res["schemes"][label] = {"scheme": scheme, "options": opts,
+                                     "error": "non-finite loss"}
+            continue
+        b = bootstrap_ratio(nll, base, resample=resample, samples=bootstrap,
+                            confidence=confidence, seed=seed)
         tot = run.stats.total()
         res["schemes"][label] = {
-            "scheme": scheme, "options": opts, "ppl": ppl, "ratio": ppl / base,
+            "scheme": scheme, "options": opts, "ppl": b["ppl"], "ratio": b["ratio"],
+            "ratio_ci": [b["lo"], b["hi"]], "verdict": noise_verdict(b["lo"], b["hi"]),
             "restart_rate": tot.restart_rate, "peak_restart_rate": tot.peak_restart_rate,
             "calls": tot.calls, "emulation_seconds": tot.seconds,
             "seconds": time.perf_counter() - t0}
@@ -298,21 +482,37 @@ def smollm2_perplexity(schemes=None, *, text: str | None = None,
 
 
 def format_smollm2_perplexity(res: dict) -> str:
-    """Table of :func:`smollm2_perplexity`: perplexity, ratio to float32, ARR/PRR, time."""
+    """Table of :func:`smollm2_perplexity`: perplexity, ratio to float32 with its bootstrap
+    interval and verdict (``within noise`` when the interval contains 1), ARR/PRR, time."""
     rows = res["schemes"]
     w = max([len(k) for k in rows] + [8])
-    lines = [f"SmolLM2-135M perplexity on the sample text ({res['tokens']} tokens, one causal "
-             "window)",
-             f"{'scheme':{w}}  {'ppl':>9} {'/ fp32':>7} {'ARR':>7} {'PRR':>7} {'time s':>7}",
-             f"{'float32':{w}}  {res['float32']:9.4f} {1.0:7.4f} {'-':>7} {'-':>7} "
-             f"{res['float32_seconds']:7.2f}"]
+    unit = "windows" if res.get("resample", "window") == "window" else \
+        f"{res['resample']}-token segments"
+    conf = 100 * res.get("confidence", CONFIDENCE)
+    lines = [f"SmolLM2-135M perplexity on the evaluation text: {res['windows']} windows of "
+             f"{res['tokens']} tokens ({res['scored_tokens']} scored); {conf:.0f} % paired "
+             f"bootstrap interval over {unit}",
+             f"{'scheme':{w}}  {'ppl':>9} {'/ fp32':>8} {'interval':>19} {'verdict':>13} "
+             f"{'ARR':>7} {'PRR':>7} {'time s':>7}",
+             f"{'float32':{w}}  {res['float32']:9.4f} {1.0:8.5f} "
+             f"{'[' + format(res['float32_ci'][0], '.3f') + ', ' + format(res['float32_ci'][1], '.3f') + ']':>19} "  # noqa: E501
+             f"{'(ppl interval)':>13} {'-':>7} {'-':>7} {res['float32_seconds']:7.1f}"]
     for label, r in rows.items():
         if "error" in r:
             lines.append(f"{label:{w}}  FAILED: {r['error']}")
             continue
-        lines.append(f"{label:{w}}  {r['ppl']:9.4f} {r['ratio']:7.4f} "
+        lo, hi = r["ratio_ci"]
+        lines.append(f"{label:{w}}  {r['ppl']:9.4f} {r['ratio']:8.5f} "
+                     f"{'[' + format(lo, '.5f') + ', ' + format(hi, '.5f') + ']':>19} "
+                     f"{r['verdict']:>13} "
                      f"{_f(r['restart_rate'], '.4f', 7)} {_f(r['peak_restart_rate'], '.4f', 7)} "
-                     f"{r['seconds']:7.2f}")
+                     f"{r['seconds']:7.1f}")
+    below = [k for k, r in rows.items() if "ratio" in r and r["ratio"] < 1]
+    if below:
+        marked = [k for k in below if rows[k]["verdict"] == "within noise"]
+        lines.append(f"below float32: {len(below)} run(s), {len(marked)} of them within noise"
+                     + ("" if len(marked) == len(below) else
+                        "; the others are below float32 beyond the interval"))
     return "\n".join(lines)
 
 
@@ -327,29 +527,39 @@ def _layer_of(module: str) -> int | None:
 
 def smollm2_restart_rates(taus=(0, 1, 2), *, text: str | None = None,
                           max_tokens: int = RESTART_TOKENS, block: int | None = RESTART_BLOCK,
-                          critical="first", granularity: str = "tile",
+                          critical=RESTART_CRITICAL, granularity: str = "tile",
                           quick: bool = False) -> dict:
-    """BAPS ``e2e_hif8`` restart rates of SmolLM2 per layer and per head, for each ``tau``.
+    """BAPS ``e2e_hif8`` restart rates of SmolLM2 per layer and per head, for each ``tau``,
+    next to the paper's Table 4 (NLP).
 
-    One causal window of the sample text through the decoder (``model.model``: the LM head is
-    not needed) under ``emulate("baps", config="e2e_hif8", tau=tau, ...)``.  Each layer makes
+    One causal window of the evaluation text through the decoder (``model.model``: the LM head
+    is not needed) under ``emulate("baps", config="e2e_hif8", tau=tau, ...)``.  Each layer makes
     one SDPA call of 9 query heads (the 3 key-value heads repeated, GQA); its
     :class:`~lowprec.stats.BapsStats` gives non-critical tiles and restarts per head.
 
+    Defaults (docs/design.md "BAPS Table 4 as the paper measured it"): 2048 tokens, 128 x 128
+    tiles, ``critical="first+diagonal"``.  The paper names the first and the last tile as the
+    ones that hold the row maximum in auto-regressive models (its section 3.2); for a causal
+    query tile the last visible key tile is the diagonal one.  Its section 4.1 assigns "the
+    first tile" alone, which a kernel that walks the key tiles from the diagonal down (as
+    FlashAttention-2's causal kernels do) also reads as the diagonal; ``critical="first"`` is the
+    literal reading and stays an option.  The paper does not give its tile size.
+
     Args:
         taus: restart thresholds (integers; the paper sweeps 0, 1, 2).
-        text: evaluation text (default: the sample text).
-        max_tokens: window length (default 512; ``quick``: 128).
-        block: tile size used for ``block_q`` and ``block_k`` (default 64; ``quick``: 32;
-            None keeps BAPS's 128).
-        critical, granularity: BAPS options (default ``"first"``, ``"tile"``).
+        text: evaluation text (default :func:`lowprec.torch.models.eval_text`).
+        max_tokens: window length (default 2048; ``quick``: 128).
+        block: tile size used for ``block_q`` and ``block_k`` (default 128; ``quick``: 32).
+        critical, granularity: BAPS options (default ``"first+diagonal"``, ``"tile"``).
         quick: 128 tokens, 32 x 32 tiles.
 
     Returns:
         ``{"tokens", "block", "critical", "granularity", "layers", "heads", "taus": {tau:
-        {"arr", "prr", "tiles", "restarts", "per_layer": [rate per layer], "per_head":
-        [[rate per head] per layer], "per_call": [rate per call], "per_call_head": [rate per
-        (call, head)], "seconds"}}}``.
+        {"arr" (restarts / non-critical tiles), "prr" (largest rate of one (layer, head)),
+        "tile_share" (restarts / all visited tiles, critical ones included: the paper's
+        "about 5 % of cases"), "tiles", "all_tiles", "restarts", "paper_arr", "paper_prr",
+        "per_layer": [rate per layer], "per_head": [[rate per head] per layer], "per_call":
+        [rate per call], "per_call_head": [rate per (call, head)], "seconds"}}}``.
 
     Example::
 
@@ -361,6 +571,7 @@ def smollm2_restart_rates(taus=(0, 1, 2), *, text: str | None = None,
 
     from ..torch import emulate
     from ..torch.models import load_model
+    from .baps import PAPER_ARR_NLP, PAPER_PRR_NLP
 
     if quick:
         max_tokens = min(max_tokens, 128)
@@ -381,10 +592,12 @@ def smollm2_restart_rates(taus=(0, 1, 2), *, text: str | None = None,
         tiles = np.zeros((layers, heads), dtype=np.int64)
         restarts = np.zeros((layers, heads), dtype=np.int64)
         per_call = []
+        visited = 0
         for rec in run.stats.calls:
             st = rec.stats
             t = np.sum(st.tiles, axis=0).reshape(-1, heads).sum(axis=0)
             r = np.sum(st.restarts, axis=0).reshape(-1, heads).sum(axis=0)
+            visited += sum(int(np.count_nonzero(f >= -1)) for f in st.flags)
             layer = _layer_of(rec.module)
             if layer is not None:
                 tiles[layer] += t
@@ -397,26 +610,60 @@ def smollm2_restart_rates(taus=(0, 1, 2), *, text: str | None = None,
                                  restarts.sum(1) / np.maximum(tiles.sum(1), 1), np.nan)
         res["taus"][tau] = {
             "arr": tot.restart_rate, "prr": tot.peak_restart_rate,
-            "tiles": int(tiles.sum()), "restarts": int(restarts.sum()),
+            "tile_share": int(restarts.sum()) / visited if visited else None,
+            "tiles": int(tiles.sum()), "all_tiles": visited, "restarts": int(restarts.sum()),
+            "paper_arr": PAPER_ARR_NLP.get(tau), "paper_prr": PAPER_PRR_NLP.get(tau),
             "per_layer": per_layer.tolist(), "per_head": per_head.tolist(),
             "per_call": per_call, "per_call_head": tot.scheme_stats.rates().tolist(),
             "seconds": time.perf_counter() - t0}
     return res
 
 
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.2f}"
+
+
+def format_restart_table(res: dict) -> str:
+    """The BAPS Table 4 analogue of :func:`smollm2_restart_rates`: per tau, ARR and PRR (%)
+    beside the paper's (NLP), the restarted share of all tiles, and the factor by which ARR
+    falls from the previous tau, ours and the paper's (the paper's text: tau = 1 halves it)."""
+    from .baps import PAPER_ARR_NLP, PAPER_RESTART_SHARE_NLP
+
+    taus = list(res["taus"])
+    lines = [f"BAPS Table 4 on SmolLM2-135M: e2e_hif8, {res['tokens']} tokens, "
+             f"{res['block']}x{res['block']} tiles, critical={res['critical']}, "
+             f"granularity={res['granularity']} (rates in %)",
+             f"{'tau':>4} {'ARR':>7} {'paper':>7} {'PRR':>7} {'paper':>7} {'tiles %':>8} "
+             f"{'fall':>6} {'paper':>6}"]
+    prev = None
+    for t in taus:
+        r = res["taus"][t]
+        ti = int(t)  # a JSON round trip makes the keys strings
+        fac = f"{prev / r['arr']:.2f}" if prev and r["arr"] else "-"
+        pfac = (f"{PAPER_ARR_NLP[ti - 1] / PAPER_ARR_NLP[ti]:.2f}"
+                if ti in PAPER_ARR_NLP and ti - 1 in PAPER_ARR_NLP else "-")
+        lines.append(f"{t:>4} {_pct(r['arr']):>7} {_pct(r.get('paper_arr')):>7} "
+                     f"{_pct(r['prr']):>7} {_pct(r.get('paper_prr')):>7} "
+                     f"{_pct(r.get('tile_share')):>8} {fac:>6} {pfac:>6}")
+        prev = r["arr"]
+    lines.append(f"ARR = restarts / non-critical tiles; PRR = the largest rate of one (layer, "
+                 f"head); tiles % = restarts / all tiles, critical ones included (paper: about "
+                 f"{100 * PAPER_RESTART_SHARE_NLP:.0f} % in NLP); fall = ARR(tau - 1) / ARR(tau)")
+    return "\n".join(lines)
+
+
 def format_smollm2_restart_rates(res: dict) -> str:
     """Per-layer restart-rate table of :func:`smollm2_restart_rates` (one column per tau),
-    then ARR / PRR and the per-head range."""
+    then the Table 4 analogue (:func:`format_restart_table`) and the per-head range."""
     taus = list(res["taus"])
-    lines = [f"SmolLM2-135M BAPS e2e_hif8 restart rates: {res['tokens']} tokens, "
+    lines = [f"SmolLM2-135M BAPS e2e_hif8 restart rates per layer: {res['tokens']} tokens, "
              f"{res['block']}x{res['block']} tiles, critical={res['critical']}, "
              f"granularity={res['granularity']}",
              "layer " + " ".join(f"{'tau=' + str(t):>8}" for t in taus)]
     for i in range(res["layers"]):
         lines.append(f"{i:5d} " + " ".join(_f(res["taus"][t]["per_layer"][i], ".4f", 8)
                                            for t in taus))
-    lines.append("ARR   " + " ".join(_f(res["taus"][t]["arr"], ".4f", 8) for t in taus))
-    lines.append("PRR   " + " ".join(_f(res["taus"][t]["prr"], ".4f", 8) for t in taus))
+    lines.append(format_restart_table(res))
     for t in taus:
         ph = np.asarray(res["taus"][t]["per_head"], dtype=float)
         lines.append(f"tau={t}: {res['taus'][t]['restarts']} / {res['taus'][t]['tiles']} "
@@ -508,7 +755,9 @@ def hccs_minilm_kl(*, sentences=None, calib: int = HCCS_SENTENCES[0],
     Returns:
         ``{"n", "calib_sentences", "eval_sentences", "heads": [{"layer", "head", "B", "S",
         "Dmax", "x_scale", "calib_kl", "entropy", "kind", "kl": {path: KL, "int8 floor",
-        "float ref"}}], "summary": {kind: {method: (mean, min, max)}}, "paper"}``.
+        "float ref", "i16_div per layer"}}], "summary": {kind: {method: (mean, min, max)}},
+        "paper"}``; ``"i16_div per layer"`` calibrates one ``(B, S, Dmax)`` and one logit
+        scale per layer (its heads' rows pooled) instead of per head.
 
     Example::
 
@@ -542,6 +791,8 @@ def hccs_minilm_kl(*, sentences=None, calib: int = HCCS_SENTENCES[0],
     for layer in range(layers):
         cal = [rows(0, layer, h) for h in range(H)]
         params = calibrate(cal, n=n)
+        # one (B, S, Dmax) and one logit scale for the whole layer: its heads' rows pooled
+        shared = calibrate([np.concatenate(cal, axis=0)], n=n)
         for h in range(H):
             ev = rows(1, layer, h)
             vis = np.isfinite(ev)
@@ -557,6 +808,12 @@ def hccs_minilm_kl(*, sentences=None, calib: int = HCCS_SENTENCES[0],
                 if path == "i16_div":
                     kl["float ref"] = float(_kl_rows(qf, pf, vis).mean())
             kl["int8 floor"] = float(_kl_rows(qf, qx, vis).mean())
+            s_l = float(shared.x_scale[0])
+            x8l = np.clip(np.rint(np.where(vis, ev, 0.0) / s_l), -127, 127).astype(np.int8)
+            p = hccs_core(x8l, shared.B[0], shared.S[0], shared.Dmax[0], "i16_div", mask=vis)
+            kl["i16_div per layer"] = float(_kl_rows(
+                _softmax_vis(x8l.astype(np.float64) * s_l, vis),
+                p.astype(np.float64) * output_scale("i16_div"), vis).mean())
             with np.errstate(divide="ignore", invalid="ignore"):
                 ent = -np.where(qf > 0, qf * np.log(qf), 0.0).sum(-1)
             norm = float(np.mean(ent / np.log(np.maximum(vis.sum(-1), 2))))
@@ -604,5 +861,7 @@ def format_hccs_minilm_kl(res: dict, per_head: bool = False) -> str:
 
 __all__ = ["minilm_cosine", "format_minilm_cosine", "smollm2_perplexity",
            "format_smollm2_perplexity", "smollm2_restart_rates", "format_smollm2_restart_rates",
+           "format_restart_table", "token_windows", "bootstrap_ratio", "noise_verdict",
+           "resample_unit",
            "hccs_minilm_kl", "format_hccs_minilm_kl", "default_schemes", "sentences_of",
            "BAPS_CONFIGS", "QUICK_SCHEMES"]

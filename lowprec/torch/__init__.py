@@ -43,10 +43,11 @@ _LAZY = {
     "available_models": "models",
     "mean_pool": "models",
     "sample_text": "models",
+    "eval_text": "models",
     "ModelNotInstalledError": "models",
 }
-_NO_TORCH = {"available_models", "sample_text", "ModelNotInstalledError",  # work without torch
-             "EmulationStats", "ModuleStats", "CallRecord"}
+_NO_TORCH = {"available_models", "sample_text", "eval_text",  # these work without torch
+             "ModelNotInstalledError", "EmulationStats", "ModuleStats", "CallRecord"}
 #: old submodule path -> its new one (imported with a DeprecationWarning, see the docstring)
 RENAMED = {f"{__name__}.emulate": f"{__name__}.context"}
 

@@ -92,6 +92,7 @@ MODELS = {
 }
 GGUF_SUFFIX = ".gguf"
 SAMPLE_TEXT_FILE = "sample_text.txt"
+EVAL_TEXT_FILE = "alice29.txt.xz"
 _CACHE: dict = {}  # (name, dtype) -> (model, tokenizer); see the module docstring
 
 
@@ -339,5 +340,39 @@ def sample_text() -> str:
     return "\n".join(lines[i:]).strip() + "\n"
 
 
+def eval_text() -> str:
+    """The long evaluation text shipped with lowprec (``lowprec/data/alice29.txt.xz``).
+
+    Lewis Carroll's *Alice's Adventures in Wonderland* (1865, public domain), Project
+    Gutenberg's Millennium Fulcrum Edition 2.9 as the Canterbury corpus file ``alice29.txt``,
+    taken from the ``Brotli`` 1.1.0 source distribution (``lowprec/data/PROVENANCE.md`` has
+    the details and checksum).  About 39,000 SmolLM2 tokens: enough for windows of 512 to 8192
+    tokens (the perplexity and restart studies of :mod:`lowprec.studies.models`).
+
+    The file's hard line breaks inside a paragraph become spaces, the leading indentation and
+    the final DOS end-of-file mark (``\\x1a``) go; paragraphs stay separated by a blank line, so
+    the tokens are those of ordinary prose.
+
+    Returns:
+        The text (str).
+
+    Example::
+
+        >>> t = eval_text()
+        >>> t.startswith("ALICE'S ADVENTURES IN WONDERLAND"), len(t) > 140_000
+        (True, True)
+    """
+    import lzma
+
+    raw = importlib.resources.files("lowprec.data").joinpath(EVAL_TEXT_FILE).read_bytes()
+    text = lzma.decompress(raw).decode("ascii").replace("\x1a", "")  # a DOS end-of-file mark
+    paras = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        words = " ".join(line.strip() for line in block.splitlines() if line.strip())
+        if words:
+            paras.append(words)
+    return "\n\n".join(paras) + "\n"
+
+
 __all__ = ["ModelNotInstalledError", "ModelSpec", "MODELS", "available_models", "load_model",
-           "model_path", "mean_pool", "sample_text", "clear_cache"]
+           "model_path", "mean_pool", "sample_text", "eval_text", "clear_cache"]
