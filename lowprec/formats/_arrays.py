@@ -131,8 +131,9 @@ def wrap(result: np.ndarray, as_torch: bool):
 def codes_array(codes, what="codes") -> tuple[np.ndarray, bool]:
     """Validate an array of 8-bit codes (uint8, or int8 for the int8 format)."""
     arr, was_torch = to_numpy(codes, what)
-    if arr.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
-        raise TypeError(f"{what} must have dtype uint8 (int8 for the int8 format), got {arr.dtype}")
+    if arr.dtype not in (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16)):
+        raise TypeError(f"{what} must have dtype uint8 (int8 for the int8 format, uint16 for "
+                        f"16-bit formats), got {arr.dtype}")
     return arr, was_torch
 
 
@@ -149,7 +150,10 @@ def _lookup_parallel(codes, table, out):
 
 
 def lookup(codes: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
-    """``out.flat[i] = table[codes.flat[i]]`` for uint8 codes and a 256-entry table."""
-    c = np.ascontiguousarray(codes).reshape(-1).view(np.uint8)
+    """``out.flat[i] = table[codes.flat[i]]`` for uint8 (int8 read as uint8) codes and a
+    256-entry table, or uint16 codes and a 65536-entry table."""
+    c = np.ascontiguousarray(codes).reshape(-1)
+    if c.dtype != np.uint16:
+        c = c.view(np.uint8)
     o = out.reshape(-1)
     (_lookup_parallel if c.shape[0] >= PARALLEL_MIN else _lookup_serial)(c, table, o)

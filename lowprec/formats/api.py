@@ -17,13 +17,13 @@ __all__ = ["encode", "decode", "quantize"]
 
 
 def _float_spec(name: str):
-    if name == "hif8":
-        from .hif8 import HIF8_SPEC
+    """The kernel constants of a float format (every float :class:`Format` carries them)."""
+    return get_format(name).spec
 
-        return HIF8_SPEC
-    from .minifloat import SPECS
 
-    return SPECS[name]
+def code_dtype(f: Format):
+    """NumPy dtype of a float format's codes: uint8, or uint16 for formats wider than 8 bits."""
+    return np.uint16 if f.info.bits > 8 else np.uint8
 
 
 def _no_extra(kwargs: dict, fmt: str, allowed: str) -> None:
@@ -77,11 +77,11 @@ def _float_codec(x, f: Format, rounding, saturate, seed, sr_bits, offset, out, w
                                                 arr.dtype == np.float64)
     from .minifloat import run_kernel
 
-    o = A.make_out(out, arr.shape, np.float32 if want_value else np.uint8)
+    o = A.make_out(out, arr.shape, np.float32 if want_value else code_dtype(f))
     bits = A.float_bits(arr)
     flat = o.reshape(-1)
     work = A.scratch_if_overlap(flat, bits)  # out= overlapping x: compute through a temporary
-    run_kernel(_float_spec(f.name), bits, work, mode, sat, seed_v, sr, off)
+    run_kernel(f.spec, bits, work, mode, sat, seed_v, sr, off)
     if work is not flat:
         flat[...] = work
     return A.wrap(o, was_torch) if out is None else out
@@ -220,8 +220,9 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None):
 
         return T.float_decode(codes, f, out)
     arr, was_torch = A.codes_array(codes)
-    if arr.dtype != np.uint8:
-        raise TypeError(f"{f.name} codes must have dtype uint8, got {arr.dtype}")
+    if arr.dtype != code_dtype(f):
+        raise TypeError(f"{f.name} codes must have dtype {np.dtype(code_dtype(f))}, got "
+                        f"{arr.dtype}")
     o = A.make_out(out, arr.shape, np.float32)
     work = A.scratch_if_overlap(o, arr)
     A.lookup(arr, f.values(), work)
