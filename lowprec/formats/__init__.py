@@ -4,6 +4,7 @@ See :func:`encode`, :func:`decode`, :func:`quantize`, :func:`get_format`.
 """
 
 from .api import decode, encode, quantize
+from .minifloat import float_format
 from .core import (
     Format,
     FormatInfo,
@@ -21,6 +22,7 @@ __all__ = [
     "available_formats",
     "decode",
     "encode",
+    "float_format",
     "get_format",
     "quantize",
 ]

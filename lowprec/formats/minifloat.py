@@ -872,3 +872,92 @@ E4M3_INFO = get_format("e4m3").info
 E5M2_INFO = get_format("e5m2").info
 E4M3_VALUES = get_format("e4m3").values()
 E5M2_VALUES = get_format("e5m2").values()
+
+
+# --------------------------------------------------------------------------------------------
+# User-described formats
+
+_NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def float_format(exp_bits: int, man_bits: int, *, bias: int | None = None, inf: str = "ieee",
+                 nan: str = "ieee", negative_zero: bool | None = None, signed: bool = True,
+                 subnormals: bool = True, name: str | None = None,
+                 default_rounding: str | Rounding = "nearest_even") -> Format:
+    """Describe a binary float format and register it: every codec (:func:`lowprec.encode`,
+    ``decode``, ``quantize``, every rounding mode and ``saturate``, CPU and CUDA), the model
+    hooks (``lowprec.emulate(activations=..., weights=...)``) and ``lowprec formats`` accept
+    its name, and it compiles to the same Numba kernels as the built-in formats (once per
+    description; the compiled code is cached on disk under a key made of the parameters).
+
+    Args:
+        exp_bits: exponent field width, 1..8.
+        man_bits: stored mantissa width, 0..15 (sign + exponent + mantissa <= 16 bits; codes
+            are uint8 up to 8 bits, uint16 above).
+        bias: exponent bias (default IEEE ``2**(exp_bits-1) - 1``).  The smallest normal
+            ``2**(1-bias)`` must be >= 2**-126 and the largest finite value < 2**128, so that
+            every value is a float32.
+        inf: ``"ieee"`` (exponent all ones, fraction 0), ``"top"`` (the largest magnitude code,
+            as P3109) or ``"none"``.
+        nan: ``"ieee"`` (exponent all ones, fraction != 0), ``"top"`` (only the largest
+            magnitude code, as OCP E4M3 "fn"), ``"neg_zero"`` (the -0 code, as "fnuz" and
+            P3109) or ``"none"`` (no NaN: NaN input writes the -0 code, overflow saturates).
+        negative_zero: whether the -0 code means -0.0 (default: True unless ``nan ==
+            "neg_zero"``).
+        signed, subnormals: False (both) only for exponent-only scale formats like E8M0
+            (``man_bits=0``, ``inf="none"``, ``nan="top"``).
+        name: registry name (lower case letters, digits, ``_``); default
+            ``"e{exp_bits}m{man_bits}_b{bias}_inf{inf}_nan{nan}"``.
+        default_rounding: the rounding used when a call passes none.
+
+    Returns:
+        The registered :class:`Format` (calling again with the same description and name
+        returns the same format).
+
+    Raises:
+        ValueError / TypeError: an impossible description (the message says why), or a name
+        already used by another format.
+
+    Example:
+        >>> f = lp.float_format(4, 3, bias=7, inf="none", nan="top", name="my_e4m3")
+        >>> f.info.max
+        448.0
+        >>> int(lp.encode(np.float32(500.0), "my_e4m3", saturate=True))
+        126
+    """
+    from .core import _ALIASES, _REGISTRY, _USER, parse_rounding
+
+    e = _check_int("exp_bits", exp_bits, 1, 8)
+    m = _check_int("man_bits", man_bits, 0, 15)
+    b = (1 << (e - 1)) - 1 if bias is None else _check_int("bias", bias, -(1 << 16), 1 << 16)
+    if negative_zero is None:
+        negative_zero = nan != "neg_zero" and bool(signed)
+    if name is None:
+        name = f"e{e}m{m}_b{b}_inf{inf}_nan{nan}" + ("" if negative_zero or nan == "neg_zero"
+                                                      else "_nonegzero")
+    if not isinstance(name, str) or not name or not set(name) <= _NAME_OK:
+        raise ValueError(f"name must be lower case letters, digits and '_', got {name!r}")
+    d = FloatDesc(name, e, m, b, inf=inf, nan=nan, negative_zero=negative_zero, signed=signed,
+                  subnormals=subnormals, default_rounding=parse_rounding(default_rounding),
+                  doc="")
+    check_desc(d)
+    if d.default_rounding == Rounding.HYBRID:
+        raise ValueError("hybrid rounding exists only for hif8")
+    old = _REGISTRY.get(name)
+    if old is None and name in _ALIASES:
+        raise ValueError(f"name {name!r} is an alias of the built-in format {_ALIASES[name]!r}")
+    if old is not None:
+        od = old.info.extra.get("desc")
+        if name in _USER and od == d:
+            return old
+        raise ValueError(f"format name {name!r} is taken ({old.info.doc}); pass another name=")
+    d = FloatDesc(name, e, m, b, inf=inf, nan=nan, negative_zero=negative_zero, signed=signed,
+                  subnormals=subnormals, default_rounding=d.default_rounding,
+                  doc=f"user format (lowprec.float_format): {d.kernel_key}")
+    spec, info, vals = derive(d)
+    spec.name = "user." + spec.name  # own compiled kernels, cached on disk by the parameters
+    f = Format(info, vals, spec)
+    SPECS[name] = spec
+    _register(f)
+    _USER.append(name)
+    return f

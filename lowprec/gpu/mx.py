@@ -294,7 +294,7 @@ def tile_shape(kk: int) -> tuple[int, int, bool]:
 def block_constexprs(fmt_name: str, in64: bool, mode: int, want_value: bool, kk: int) -> dict:
     """Every ``tl.constexpr`` of :func:`_block_kernel` but ``IN_KIND`` (element constants from
     the Numba path's :func:`codec_constants`)."""
-    spec, _info, _vals, emax_elem, mbits = _ELEM[fmt_name]
+    spec, _info, _vals, emax_elem, mbits, _int = _ELEM[fmt_name]
     K = codec_constants(spec, in64, int(mode), True)
     path = kernel_path(in64, int(mode), False, K)
     fb = 52 if in64 else 23
@@ -325,7 +325,7 @@ def quantize_blocks(x2, fmt_name: str, kk: int, smode: int, sat_inf: bool, mode:
     if rows * n == 0:
         return
     want_value = out is not None
-    spec, _info, vals, _emax, _m = _ELEM[fmt_name]
+    spec, _info, vals, _emax, _m, _int = _ELEM[fmt_name]
     kind, xr, bf16 = in_kind(x2)
     C = block_constexprs(fmt_name, kind == IN_F64, mode, want_value, kk)
     C["IN_KIND"] = kind
