@@ -26,6 +26,13 @@ def code_dtype(f: Format):
     return np.uint16 if f.info.bits > 8 else np.uint8
 
 
+def _cpu_only(x, f: Format):
+    """``x`` unless it is a CUDA tensor (the formats implemented on the CPU only)."""
+    if A.is_torch(x) and x.device.type != "cpu":
+        raise ValueError(f"{f.name} runs on the CPU only (for now): pass x.cpu()")
+    return x
+
+
 def _no_extra(kwargs: dict, fmt: str, allowed: str) -> None:
     if kwargs:
         raise TypeError(
@@ -39,6 +46,7 @@ _FLOAT_ARGS = "rounding, saturate, seed, sr_bits, offset, out"
 _SCALED_KW = {
     "mx": ("axis", "block_size", "scale_mode", "nonfinite"),
     "int": ("granularity", "axis", "block_size", "symmetric", "scale", "zero_point", "narrow"),
+    "nvfp4": ("axis", "block_size", "recipe", "tensor_scale"),
 }
 
 
@@ -153,6 +161,10 @@ def encode(
     _scaled_kwargs(kwargs, f, False)
     common = dict(rounding=rounding, seed=seed, sr_bits=sr_bits, saturate=saturate,
                   offset=offset)
+    if kind == "nvfp4":
+        from . import nvfp4
+
+        return nvfp4.encode(_cpu_only(x, f), f, **common, **kwargs)
     if A.is_torch(x):
         from . import _torch_route as T
 
@@ -197,6 +209,10 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None):
         f = get_format(codes.format)
         if fmt is not None and get_format(fmt) != f:
             raise ValueError(f"QuantizedArray holds {f.name!r} codes, not {get_format(fmt).name!r}")
+        if f.info.kind == "nvfp4":
+            from . import nvfp4
+
+            return nvfp4.decode(codes)
         if A.is_torch(codes.codes):
             from . import _torch_route as T
 
@@ -271,6 +287,10 @@ def quantize(
     _scaled_kwargs(kwargs, f, True)
     common = dict(rounding=rounding, seed=seed, sr_bits=sr_bits, saturate=saturate,
                   offset=offset)
+    if kind == "nvfp4":
+        from . import nvfp4
+
+        return nvfp4.quantize(_cpu_only(x, f), f, out=out, **common, **kwargs)
     if A.is_torch(x):
         from . import _torch_route as T
 

@@ -201,9 +201,9 @@ def _register(fmt: Format) -> None:
 
 
 # the family module that registers each format (imported on first use of one of its formats)
-_FAMILY = {"hif8": "hif8", "e4m3": "minifloat", "e5m2": "minifloat", "mxfp8_e4m3": "mx",
+_FAMILY = {"nvfp4": "nvfp4", "hif8": "hif8", "e4m3": "minifloat", "e5m2": "minifloat", "mxfp8_e4m3": "mx",
            "mxfp8_e5m2": "mx", "int8": "integer", "uint8": "integer",
-           **{n: "minifloat" for n in _FLOATS_II}, **{n: "mx" for n in _MX_II},
+           **{n: "minifloat" for n in _FLOATS_II}, **{n: "mx" for n in _MX_II if n != "nvfp4"},
            **{n: "integer" for n in _INT_II}}
 
 
@@ -212,7 +212,7 @@ def _ensure_registry() -> None:
     # formats on import).  Not conditional on an empty registry: importing one family module
     # directly (e.g. minifloat) must not hide the others.
     if any(n not in _REGISTRY for n in _ORDER):
-        from . import hif8, integer, minifloat, mx  # noqa: F401
+        from . import hif8, integer, minifloat, mx, nvfp4  # noqa: F401
 
 
 def _ensure_family(key: str) -> None:
@@ -228,6 +228,8 @@ def _ensure_family(key: str) -> None:
             from . import minifloat  # noqa: F401
         elif family == "mx":
             from . import mx  # noqa: F401
+        elif family == "nvfp4":
+            from . import nvfp4  # noqa: F401
         else:
             from . import integer  # noqa: F401
 
@@ -285,6 +287,7 @@ class QuantizedArray:
         block_size: MX and INT ``per_block``: elements per block along ``axis``; else None.
         zero_points: INT asymmetric: int32 zero points shaped like ``scales``; else None.
         granularity: INT: ``per_tensor``, ``per_channel``, ``per_token`` or ``per_block``.
+        tensor_scale: NVFP4: the float32 per-tensor scale (1.0 single level); else None.
     """
 
     codes: np.ndarray
@@ -294,6 +297,7 @@ class QuantizedArray:
     block_size: int | None = None
     zero_points: np.ndarray | None = None
     granularity: str | None = None
+    tensor_scale: float | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:

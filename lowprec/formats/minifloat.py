@@ -835,9 +835,11 @@ FLOAT_DESCS = (
               doc="OCP FP6 E2M3: bias 1, max 7.5, no Inf/NaN (NaN input -> -0 code 0x20)"),
     FloatDesc("e3m2", 3, 2, 3, inf="none", nan="none",
               doc="OCP FP6 E3M2: bias 3, max 28, no Inf/NaN (NaN input -> -0 code 0x20)"),
+    # e8m0 rounds ties up by default (nearest_away), as ml_dtypes float8_e8m0fnu and torch
     FloatDesc("e8m0", 8, 0, 127, inf="none", nan="top", negative_zero=False, signed=False,
-              subnormals=False,
-              doc="OCP MX scale E8M0: unsigned powers of two 2^-127..2^127, NaN 0xFF, no zero"),
+              subnormals=False, default_rounding=Rounding.NEAREST_AWAY,
+              doc="OCP MX scale E8M0: unsigned powers of two 2^-127..2^127, NaN 0xFF, no zero; "
+                  "default rounding nearest_away (ties up, as ml_dtypes and torch)"),
     FloatDesc("e4m3fnuz", 4, 3, 8, inf="none", nan="neg_zero", negative_zero=False,
               doc="E4M3 FNUZ (AMD MI300): bias 8, max 240, NaN 0x80, no Inf, no -0"),
     FloatDesc("e5m2fnuz", 5, 2, 16, inf="none", nan="neg_zero", negative_zero=False,
