@@ -25,7 +25,7 @@ NaNs).  Float64 input is rounded directly from its 53-bit significand (no double
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import njit, prange
@@ -950,7 +950,7 @@ def float_format(exp_bits: int, man_bits: int, *, bias: int | None = None, inf: 
         raise ValueError(f"name {name!r} is an alias of the built-in format {_ALIASES[name]!r}")
     if old is not None:
         od = old.info.extra.get("desc")
-        if name in _USER and od == d:
+        if name in _USER and od is not None and replace(od, doc="") == d:
             return old
         raise ValueError(f"format name {name!r} is taken ({old.info.doc}); pass another name=")
     d = FloatDesc(name, e, m, b, inf=inf, nan=nan, negative_zero=negative_zero, signed=signed,
