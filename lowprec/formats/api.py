@@ -5,6 +5,7 @@ Validation and dispatch only; the arithmetic is in the family modules.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -132,9 +133,12 @@ def encode(
             quantized at once.
         out: optional preallocated C-contiguous uint8 array of ``x.shape`` (float formats): a
             numpy array or a tensor on ``x``'s device; it may overlap ``x``.
-        **kwargs: scaled formats only: MX ``axis``, ``block_size``, ``scale_mode``,
-            ``nonfinite``; INT ``granularity``, ``axis``, ``block_size``, ``symmetric``,
-            ``scale``, ``zero_point``, ``narrow``.
+        **kwargs: ``packed=True`` (4-bit formats: e2m1, mxfp4, nvfp4, int4, uint4): two codes
+            per byte along the last axis, code ``2i`` in the low nibble (torchao's layout; the
+            last axis must be even; QuantizedArray codes are packed likewise).  Scaled formats:
+            MX ``axis``, ``block_size``, ``scale_mode``, ``nonfinite``; NVFP4 ``axis``,
+            ``block_size``, ``recipe``, ``tensor_scale``; INT ``granularity``, ``axis``,
+            ``block_size``, ``symmetric``, ``scale``, ``zero_point``, ``narrow``.
 
     Returns:
         float formats: uint8 codes of ``x.shape`` (a torch tensor for torch input).
@@ -153,6 +157,18 @@ def encode(
         from . import _torch_route  # noqa: F401  (first: loads every family, see _torch_route)
     f = get_format(fmt)
     kind = f.info.kind
+    packed = kwargs.pop("packed", False)
+    if not isinstance(packed, (bool, np.bool_)):
+        raise TypeError(f"packed must be True or False, got {packed!r}")
+    if packed:
+        if out is not None:
+            raise TypeError("out= cannot be combined with packed=True")
+        A.pack_codes(np.zeros(2, np.uint8), f.info.bits)  # the width check, before any work
+        res = encode(x, f, rounding, saturate, seed=seed, sr_bits=sr_bits, offset=offset,
+                     **kwargs)
+        if isinstance(res, QuantizedArray):
+            return replace(res, codes=A.pack_codes(res.codes, f.info.bits), packed=True)
+        return A.pack_codes(res, f.info.bits)
     if kind == "float":
         _no_extra(kwargs, f.name, _FLOAT_ARGS)
         return _float_codec(x, f, rounding, saturate, seed, sr_bits, offset, out, False)
@@ -178,7 +194,8 @@ def encode(
     return integer.encode(x, f, **common, **kwargs)
 
 
-def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None):
+def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None,
+           packed: bool = False):
     """Decode codes to float32 values.
 
     Args:
@@ -188,6 +205,8 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None):
         fmt: the format of plain codes.
         out: optional preallocated float32 array (plain codes only; numpy or a tensor on the
             codes' device; it may overlap ``codes``).
+        packed: plain codes packed two per byte by ``encode(..., packed=True)`` (a packed
+            QuantizedArray says so itself).
 
     Returns:
         float32 values of ``codes.shape``, exactly the values of the codes (NaN codes -> NaN).
@@ -203,6 +222,13 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None):
         >>> lp.decode(np.array([0x38, 0x7F], np.uint8), "e4m3")
         array([ 1., nan], dtype=float32)
     """
+    if isinstance(codes, QuantizedArray) and codes.packed:
+        codes = replace(codes, codes=A.unpack_codes(codes.codes, codes.format == "int4"),
+                        packed=False)
+    elif packed:
+        if isinstance(codes, QuantizedArray):
+            raise ValueError("this QuantizedArray is not packed (its packed field is False)")
+        codes = A.unpack_codes(codes)
     if A.is_torch(codes.codes if isinstance(codes, QuantizedArray) else codes):
         from . import _torch_route  # noqa: F401  (first: loads every family, see _torch_route)
     if isinstance(codes, QuantizedArray):

@@ -288,6 +288,7 @@ class QuantizedArray:
         zero_points: INT asymmetric: int32 zero points shaped like ``scales``; else None.
         granularity: INT: ``per_tensor``, ``per_channel``, ``per_token`` or ``per_block``.
         tensor_scale: NVFP4: the float32 per-tensor scale (1.0 single level); else None.
+        packed: ``codes`` hold two 4-bit codes per byte (``encode(..., packed=True)``).
     """
 
     codes: np.ndarray
@@ -298,6 +299,7 @@ class QuantizedArray:
     zero_points: np.ndarray | None = None
     granularity: str | None = None
     tensor_scale: float | None = None
+    packed: bool = False
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -312,7 +312,7 @@ int_encode = _op("int_encode", _int_encode)
 def _(x, fmt, granularity, axis, block_size, symmetric, narrow, scale, zero_point, rounding, seed,
       sr_bits, offset):
     ss = _int_scale_shape(x, fmt, granularity, axis, block_size, symmetric, narrow)
-    cd = torch.int8 if fmt == "int8" else _U8
+    cd = torch.int8 if fmt in ("int8", "int4") else _U8
     return (torch.empty_like(x, dtype=cd, memory_format=torch.contiguous_format),
             x.new_empty(ss, dtype=_F32),
             x.new_empty(ss if not symmetric else (0,), dtype=torch.int32))
