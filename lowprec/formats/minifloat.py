@@ -146,7 +146,7 @@ def codec_constants(spec: FloatSpec, in64: bool, mode: int, saturate: bool) -> d
         OVF_MAX_POS=sat or mode in (RZ, RDOWN), OVF_MAX_NEG=sat or mode in (RZ, RUP),
         # float32 bits of results: max, the overflow value (Inf, or NaN without Inf), NaN
         MAXBITS=maxbits, INF_BITS32=0x7F800000 if has_inf else 0x7FC00000,
-        NAN_BITS32=0x7FC00000 if spec.has_nan else 0x80000000,
+        NAN_BITS32=0x7FC00000 if spec.has_nan else (0x80000000 if spec.neg_zero else 0),
         # float32 fast path: significand shift below the lowest binade is SH_LO_BASE - e;
         # code offset of a uniform format's float32 bits; 2**Q_LO (bits)
         SH_LO_BASE=23 - m_lo + e_lo, OFF=off & 0xFFFFFFFF,
@@ -194,7 +194,8 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
     OVF_MAX_POS, OVF_MAX_NEG, OVF_CODE = K["OVF_MAX_POS"], K["OVF_MAX_NEG"], K["OVF_CODE"]
     SIGN_C, HAS_NAN = K["SIGN"], K["HAS_NAN"]
     INF_VAL = math.inf if HAS_INF else (math.nan if HAS_NAN else MAX_VAL)
-    NAN_VAL = math.nan if HAS_NAN else -0.0  # a format without NaN writes the -0 code
+    # a format without NaN writes the -0 code: -0.0, or +0.0 where that code means +0
+    NAN_VAL = math.nan if HAS_NAN else (-0.0 if NEG_ZERO else 0.0)
     WANT_VALUE = bool(want_value)
     OUT_T = np.uint16 if spec.bits > 8 else np.uint8
     HYB = mode == HYBRID

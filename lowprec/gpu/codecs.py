@@ -18,7 +18,7 @@ from ..formats import mx as _mx
 from ..formats.hif8 import HIF8_SPEC
 from ..formats.minifloat import SPECS
 
-FLOAT_SPECS = {"hif8": HIF8_SPEC, **SPECS}
+FLOAT_SPECS = {"hif8": HIF8_SPEC, **SPECS}  # (every float Format also carries its spec)
 
 
 def float_codec(x: torch.Tensor, out: torch.Tensor, fmt: str, mode: int, saturate: bool,
@@ -27,7 +27,9 @@ def float_codec(x: torch.Tensor, out: torch.Tensor, fmt: str, mode: int, saturat
     of ``x``'s shape (``api._float_codec`` + ``minifloat.run_kernel``)."""
     from .minifloat import run_kernel
 
-    run_kernel(FLOAT_SPECS[fmt], x.contiguous().reshape(-1), out.view(-1), mode, saturate,
+    from ..formats.core import get_format
+
+    run_kernel(get_format(fmt).spec, x.contiguous().reshape(-1), out.view(-1), mode, saturate,
                seed, sr_bits, offset)
 
 
@@ -36,7 +38,8 @@ def float_decode(codes: torch.Tensor, out: torch.Tensor, fmt: str) -> None:
     from ..formats.core import get_format
     from .minifloat import lookup
 
-    lookup(codes.contiguous().reshape(-1).view(torch.uint8), get_format(fmt).values(),
+    c = codes.contiguous().reshape(-1)
+    lookup(c if c.dtype == torch.uint16 else c.view(torch.uint8), get_format(fmt).values(),
            out.view(-1))
 
 

@@ -91,10 +91,18 @@ def route(t: Tensor):
 # float formats
 
 
+def code_dtype(fmt: str):
+    """torch dtype of a float format's codes: uint8, or uint16 above 8 bits (bf16, fp16)."""
+    from ..formats.core import get_format
+
+    return torch.uint16 if get_format(fmt).info.bits > 8 else _U8
+
+
 def _float_codec(x: Tensor, fmt: str, rounding: int, saturate: bool, seed: int, sr_bits: int,
                 offset: int, want_value: bool) -> Tensor:
-    """Codes (uint8) or values (float32) of ``x`` in the float format ``fmt``."""
-    out = torch.empty(x.shape, dtype=_F32 if want_value else _U8, device=x.device)
+    """Codes (uint8; uint16 for 16-bit formats) or values (float32) of ``x`` in the float
+    format ``fmt``."""
+    out = torch.empty(x.shape, dtype=_F32 if want_value else code_dtype(fmt), device=x.device)
     _float_codec_out(x, out, fmt, rounding, saturate, seed, sr_bits, offset)
     return out
 
@@ -104,7 +112,7 @@ float_codec = _op("float_codec", _float_codec)
 
 @float_codec.register_fake
 def _(x, fmt, rounding, saturate, seed, sr_bits, offset, want_value):
-    return torch.empty_like(x, dtype=_F32 if want_value else _U8,
+    return torch.empty_like(x, dtype=_F32 if want_value else code_dtype(fmt),
                             memory_format=torch.contiguous_format)
 
 
