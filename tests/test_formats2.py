@@ -336,3 +336,23 @@ def test_user_format_in_emulate_hooks():
     assert check_quant_format("float6_e3m2fn", "weights") == "e3m2"
     with pytest.raises(ValueError, match="scaled"):
         check_quant_format("mxfp4", "weights")
+
+
+def test_e8m0_fast_path_equals_generic_kernel():
+    # the vectorized float32 E8M0 path against the generic (frexp) kernel: every float32
+    # subnormal and the lowest normals, the overflow region, random patterns, every mode
+    from lowprec.formats.minifloat import SPECS, run_kernel
+
+    rng = np.random.default_rng(12)
+    b = np.concatenate([np.arange(0, 1 << 24, 3, dtype=np.uint32),
+                        np.arange(0x7E000000, 0x7F900000, 97, dtype=np.uint32),
+                        rng.integers(0, 2**32, 1 << 18, dtype=np.uint64).astype(np.uint32)])
+    for m in range(5):
+        for sat in (False, True):
+            for dt in (np.uint8, np.float32):
+                fast, gen = np.empty(b.size, dt), np.empty(b.size, dt)
+                run_kernel(SPECS["e8m0"], b, fast, m, sat)
+                run_kernel(SPECS["e8m0"], b, gen, m, sat, generic=True)
+                assert np.array_equal(fast.view(np.uint8 if dt == np.uint8 else np.uint32),
+                                      gen.view(np.uint8 if dt == np.uint8 else np.uint32)), \
+                    (m, sat, dt)
