@@ -408,7 +408,8 @@ def run_formats2(bench: Bench, x: np.ndarray, bench_g: Bench) -> None:
     bench.section("Formats II: encode float32 -> codes vs ml_dtypes")
     for fmt, tname in ML_II.items():
         t = getattr(ml_dtypes, tname)
-        bench.case(f"encode2_{fmt}", f"{fmt} {lp.get_format(fmt).info.default_rounding.name.lower()}",
+        own = lp.get_format(fmt).info.default_rounding.name.lower()
+        bench.case(f"encode2_{fmt}", f"{fmt} {own}",
                    lambda fmt=fmt: lp.encode(x, fmt), floor="astype_u8",
                    peers=[(f"ml_dtypes astype {tname}", lambda t=t: x.astype(t),
                            (lambda fmt=fmt, t=t: _nan_free(lp.decode(lp.encode(x, fmt), fmt),

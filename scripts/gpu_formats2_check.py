@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Formats II (issue 17) on a CUDA device: every new element format (its own rounding mode,
-saturating or not, toward_zero, up and stochastic) through ``lp.encode`` / ``lp.quantize`` on CUDA tensors (compiled Triton
-kernels) against the CPU (Numba), codes as integers and values bit for bit (NaN by class);
-float32, float64 and bfloat16 input; the new MX formats and a user format.
+saturating or not, toward_zero, up and stochastic) through ``lp.encode`` / ``lp.quantize``
+on CUDA tensors (compiled Triton kernels) against the CPU (Numba), codes as integers and
+values bit for bit (NaN by class); float32, float64 and bfloat16 input; the new MX formats
+and a user format.
 
 Usage: ``python scripts/gpu_formats2_check.py [--n 4194304]``; exit status 1 on any mismatch.
 """

@@ -257,7 +257,8 @@ def test_no_nan_formats_write_negative_zero_for_nan():
 
 
 def test_e8m0_specials_and_ties():
-    x = np.array([0.0, -0.0, -1.0, np.nan, np.inf, 3.0, 1.5, 2.0**-140, 2.0**128 * 0.75], np.float32)
+    x = np.array([0.0, -0.0, -1.0, np.nan, np.inf, 3.0, 1.5, 2.0**-140, 2.0**128 * 0.75],
+                 np.float32)
     assert lp.encode(x, "e8m0").tolist() == [255, 255, 255, 255, 255, 129, 128, 0, 255]
     assert lp.encode(x, "e8m0", "nearest_even").tolist()[5:7] == [128, 128]  # ties to even
     assert lp.encode(x, "e8m0", saturate=True).tolist()[4] == 254

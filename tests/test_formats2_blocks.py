@@ -14,7 +14,6 @@ storage against independent oracles.
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import ml_dtypes

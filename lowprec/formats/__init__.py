@@ -4,7 +4,6 @@ See :func:`encode`, :func:`decode`, :func:`quantize`, :func:`get_format`.
 """
 
 from .api import decode, encode, quantize
-from .minifloat import float_format
 from .core import (
     Format,
     FormatInfo,
@@ -13,6 +12,7 @@ from .core import (
     available_formats,
     get_format,
 )
+from .minifloat import float_format
 
 __all__ = [
     "Format",

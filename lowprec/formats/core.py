@@ -201,7 +201,8 @@ def _register(fmt: Format) -> None:
 
 
 # the family module that registers each format (imported on first use of one of its formats)
-_FAMILY = {"nvfp4": "nvfp4", "hif8": "hif8", "e4m3": "minifloat", "e5m2": "minifloat", "mxfp8_e4m3": "mx",
+_FAMILY = {"nvfp4": "nvfp4", "hif8": "hif8", "e4m3": "minifloat", "e5m2": "minifloat",
+           "mxfp8_e4m3": "mx",
            "mxfp8_e5m2": "mx", "int8": "integer", "uint8": "integer",
            **{n: "minifloat" for n in _FLOATS_II}, **{n: "mx" for n in _MX_II if n != "nvfp4"},
            **{n: "integer" for n in _INT_II}}

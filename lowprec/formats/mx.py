@@ -374,7 +374,8 @@ def _info(name: str) -> FormatInfo:
     return FormatInfo(
         name=name, bits=einfo.bits, kind="mx", max=einfo.max, min_normal=einfo.min_normal,
         min_subnormal=einfo.min_subnormal, has_inf=False, has_nan=True,
-        has_neg_zero=einfo.has_neg_zero, nan_codes=einfo.nan_codes, inf_codes=(), nan_code=einfo.nan_code,
+        has_neg_zero=einfo.has_neg_zero, nan_codes=einfo.nan_codes, inf_codes=(),
+        nan_code=einfo.nan_code,
         max_code=einfo.max_code, default_rounding=Rounding.NEAREST_EVEN, scaled=True,
         element=el, block_size=BLOCK_SIZE_DEFAULT, doc=doc,
         extra={"scale_range": (2.0**SCALE_EXP_MIN, 2.0**SCALE_EXP_MAX)},

@@ -53,7 +53,8 @@ def _check(axis, block_size, recipe, tensor_scale, ndim):
     if recipe not in RECIPES:
         raise ValueError(f"recipe {recipe!r} is not one of {', '.join(RECIPES)}")
     if tensor_scale is not None and not (isinstance(tensor_scale, str) and tensor_scale == "amax"):
-        if isinstance(tensor_scale, bool) or not isinstance(tensor_scale, (int, float, np.floating)):
+        if isinstance(tensor_scale, bool) or not isinstance(tensor_scale,
+                                                            (int, float, np.floating)):
             raise TypeError(f"tensor_scale must be None, 'amax' or a positive float, got "
                             f"{tensor_scale!r}")
         if not (math.isfinite(tensor_scale) and tensor_scale > 0):

@@ -25,9 +25,8 @@ def float_codec(x: torch.Tensor, out: torch.Tensor, fmt: str, mode: int, saturat
                 seed: int, sr_bits: int, offset: int) -> None:
     """Codes (uint8 ``out``) or values (float32 ``out``) of ``x`` into the contiguous ``out``
     of ``x``'s shape (``api._float_codec`` + ``minifloat.run_kernel``)."""
-    from .minifloat import run_kernel
-
     from ..formats.core import get_format
+    from .minifloat import run_kernel
 
     run_kernel(get_format(fmt).spec, x.contiguous().reshape(-1), out.view(-1), mode, saturate,
                seed, sr_bits, offset)
