@@ -357,3 +357,16 @@ def test_e8m0_fast_path_equals_generic_kernel():
                 assert np.array_equal(fast.view(np.uint8 if dt == np.uint8 else np.uint32),
                                       gen.view(np.uint8 if dt == np.uint8 else np.uint32)), \
                     (m, sat, dt)
+
+
+def test_cli_formats_lists_and_shows_new_and_user_formats(capsys):
+    from lowprec.cli import main
+
+    lp.float_format(3, 3, bias=2, inf="none", nan="neg_zero", name="t17_cli")
+    assert main(["formats"]) == 0
+    out = capsys.readouterr().out
+    for name in ("e2m1", "binary8p3", "nvfp4", "int4", "t17_cli"):
+        assert name in out
+    for name in ("e2m1", "e3m2", "bfloat16", "mxfp4", "t17_cli"):
+        assert main(["formats", name]) == 0
+    assert "0x78" in capsys.readouterr().out  # the 7-bit user format's last row
