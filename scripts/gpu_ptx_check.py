@@ -79,18 +79,18 @@ def variants() -> list[tuple[str, dict]]:
         out.append(("int_decode", dict(signed=signed)))
     # Formats II (issue 17): one format of each kind of specials, uint16 codes (bfloat16), the
     # E8M0 kernel and the new MX elements
-    for fmt in ("e2m1", "e4m3fnuz", "binary8p1", "bfloat16"):
-        for mode in (0, 1, 5):
+    for fmt in ("e2m1", "binary8p1", "bfloat16"):
+        for mode in (0, 5):
             for kind in (0, 1):
                 for want in (False, True):
                     out.append(("codec", dict(fmt=fmt, mode=mode, kind=kind, sat=False,
                                               want=want)))
-    for kind in (0, 1, 2):
-        for mode in (0, 1, 5):
+    for kind in (0, 1):
+        for mode in (1, 5):
             for want in (False, True):
                 out.append(("pow2", dict(kind=kind, mode=mode, want=want)))
     for fmt in ("mxfp4", "mxint8"):
-        for mode in (0, 5):
+        for mode in (0,):
             for want in (False, True):
                 out.append(("mx", dict(fmt=fmt, kind=0, mode=mode, want=want, kk=32)))
     return out

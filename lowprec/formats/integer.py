@@ -361,8 +361,8 @@ def _qrange(f: Format, symmetric: bool, narrow) -> tuple[int, int]:
     lo, nlo, hi, _dt = RANGES[f.name]
     if is_unsigned(f.name):
         if narrow:
-            raise ValueError(f"narrow=True applies to signed formats only; {f.name} always uses "
-                             f"[0, {hi}]")
+            raise ValueError(f"narrow=True applies to int8 only (and int4); {f.name} always "
+                             f"uses [0, {hi}]")
         return lo, hi
     if narrow is None:
         narrow = symmetric
