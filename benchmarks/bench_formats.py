@@ -390,6 +390,73 @@ def print_table(bench: Bench) -> list[dict]:
     return rows
 
 
+# Formats II (issue 17): the new element formats against the peer that has them
+ML_II = {"e2m1": "float4_e2m1fn", "e2m3": "float6_e2m3fn", "e3m2": "float6_e3m2fn",
+         "e8m0": "float8_e8m0fnu", "e4m3fnuz": "float8_e4m3fnuz", "e5m2fnuz": "float8_e5m2fnuz",
+         "e4m3_ieee": "float8_e4m3", "e3m4": "float8_e3m4", "bfloat16": "bfloat16"}
+P3109_II = tuple(f"binary8p{p}" for p in range(1, 8))
+TARGET_II_VS_ML_DTYPES = 8.0
+TARGET_II_VS_GFLOAT = 30.0
+TARGET_USER_VS_BUILTIN = 1.5
+GFLOAT_N = 1 << 18  # gfloat runs ~100 ns per element: its rows use the first 2^18 elements
+
+
+def run_formats2(bench: Bench, x: np.ndarray, bench_g: Bench) -> None:
+    """The Formats II rows: encode vs ml_dtypes (9 formats), vs gfloat (P3109, on
+    ``bench_g``'s shorter input), a user format vs the built-in it equals, and block formats
+    for information."""
+    bench.section("Formats II: encode float32 -> codes vs ml_dtypes")
+    for fmt, tname in ML_II.items():
+        t = getattr(ml_dtypes, tname)
+        own = lp.get_format(fmt).info.default_rounding.name.lower()
+        bench.case(f"encode2_{fmt}", f"{fmt} {own}",
+                   lambda fmt=fmt: lp.encode(x, fmt), floor="astype_u8",
+                   peers=[(f"ml_dtypes astype {tname}", lambda t=t: x.astype(t),
+                           (lambda fmt=fmt, t=t: _nan_free(lp.decode(lp.encode(x, fmt), fmt),
+                                                           x, fmt)),
+                           "NaN inputs and e8m0 subnormal ties excluded (docs: Formats II)")],
+                   compare=None)
+    lp.float_format(4, 3, bias=7, inf="none", nan="top", name="bench_user_e4m3")
+    bench.section("Formats II: a user format vs the built-in it equals")
+    bench.case("encode2_user_e4m3", "float_format(4, 3, bias=7, inf=none, nan=top)",
+               lambda: lp.encode(x, "bench_user_e4m3"), floor="astype_u8",
+               peers=[("built-in e4m3", lambda: lp.encode(x, "e4m3"))],
+               compare=None)
+    bench.case("quantize2_user_e4m3", "quantize, same user format",
+               lambda: lp.quantize(x, "bench_user_e4m3"), floor="copy_f32",
+               peers=[("built-in e4m3 quantize", lambda: lp.quantize(x, "e4m3"))])
+    bench.section("Formats II: block formats (for information)")
+    for fmt in ("mxfp4", "mxfp6_e2m3", "mxint8", "nvfp4"):
+        bench.case(f"quantize2_{fmt}", f"quantize {fmt}", lambda fmt=fmt: lp.quantize(x, fmt),
+                   floor="copy_f32")
+    xg = np.ascontiguousarray(x[:bench_g.n])
+    try:
+        import gfloat
+        from gfloat.formats import format_info_p3109
+    except ImportError:  # gfloat is an optional peer
+        return
+    bench_g.section(f"Formats II: P3109 encode vs gfloat (first {bench_g.n:,} elements)")
+    for fmt in P3109_II:
+        fi = format_info_p3109(8, int(fmt.removeprefix("binary8p")))
+        bench_g.case(f"encode2_{fmt}", f"{fmt} nearest_even", lambda fmt=fmt: lp.encode(xg, fmt),
+                     peers=[("gfloat round_ndarray+encode_ndarray",
+                             lambda fi=fi: gfloat.encode_ndarray(
+                                 fi, gfloat.round_ndarray(fi, xg.astype(np.float64))))],
+                     compare=None)
+
+
+def _nan_free(v: np.ndarray, x: np.ndarray, fmt: str):
+    """Our decoded values where the peers agree by convention; the peer's elsewhere (so
+    the check column counts real disagreements only)."""
+    t = getattr(ml_dtypes, ML_II[fmt])
+    with np.errstate(invalid="ignore", over="ignore"):
+        theirs = x.astype(t)
+    skip = np.isnan(x)
+    if fmt == "e8m0":
+        skip |= (x > 0) & (x <= np.float32(1.5 * 2.0**-127))
+    return np.where(skip, theirs.astype(np.float32), v)
+
+
 def _line(ok: bool | None, text: str) -> dict:
     status = "n/a " if ok is None else ("PASS" if ok else "MISS")
     print(f"  {status}  {text}")
@@ -430,6 +497,27 @@ def print_targets(bench: Bench, latency: dict) -> list[dict]:
         ok = min(a, b) >= TARGET_FLOOR_PERCENT
         out.append(_line(ok, f"encode {fmt} >= {TARGET_FLOOR_PERCENT:.0f}% of memory floor: "
                              f"{a:.0f}% of astype (allocating), {b:.0f}% of copyto (out=)"))
+    for fmt in ML_II:
+        c = cs.get(f"encode2_{fmt}")
+        p = c.peer("ml_dtypes") if c else None
+        if p is not None:
+            r = p.ratio(c.timing)
+            out.append(_line(r >= TARGET_II_VS_ML_DTYPES,
+                             f"encode {fmt} >= {TARGET_II_VS_ML_DTYPES:.0f}x ml_dtypes: {r:.1f}x"))
+    for fmt in P3109_II:
+        c = cs.get(f"encode2_{fmt}")
+        p = c.peer("gfloat") if c else None
+        if p is not None:
+            r = p.ratio(c.timing)
+            out.append(_line(r >= TARGET_II_VS_GFLOAT,
+                             f"encode {fmt} >= {TARGET_II_VS_GFLOAT:.0f}x gfloat: {r:.0f}x"))
+    for key in ("encode2_user_e4m3", "quantize2_user_e4m3"):
+        c = cs.get(key)
+        if c is not None:
+            r = c.timing.ns / c.peers[0].timing.ns
+            out.append(_line(r <= TARGET_USER_VS_BUILTIN,
+                             f"{key}: user format / built-in time <= {TARGET_USER_VS_BUILTIN}: "
+                             f"{r:.2f}"))
     second = latency["first_call"][1]
     if second is None:
         out.append(_line(None, "first call: subprocess failed"))
@@ -498,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="OMP_WAIT_POLICY for numba's and torch's OpenMP runtimes (default: "
                          f"keep the environment's value, else {OMP_POLICY_DEFAULT}; 'unset' "
                          "leaves libgomp's own spin-then-sleep default)")
+    ap.add_argument("--skip-formats2", action="store_true",
+                    help="skip the Formats II rows (issue 17: new formats vs ml_dtypes / gfloat)")
     args = ap.parse_args(argv)
     if args.n < 1 or args.repeat < 1:
         ap.error("--n and --repeat must be >= 1")
@@ -519,6 +609,11 @@ def main(argv: list[str] | None = None) -> int:
     x = make_input(args.n)
     bench = Bench(args.n, args.repeat)
     run_benchmarks(bench, x)
+    if not args.skip_formats2:
+        bench_g = Bench(min(args.n, GFLOAT_N), args.repeat)
+        run_formats2(bench, x, bench_g)
+        bench.sections += bench_g.sections
+        bench.cases.update(bench_g.cases)
     del x
     info["numba_threading_layer"] = numba.threading_layer()
     latency = first_call_latency()

@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "available_formats": "lowprec.formats.core",
     "get_format": "lowprec.formats.core",
+    "float_format": "lowprec.formats.minifloat",
     "Format": "lowprec.formats.core",
     "FormatInfo": "lowprec.formats.core",
     "QuantizedArray": "lowprec.formats.core",

@@ -57,7 +57,7 @@ def format_table() -> str:
 
 
 def format_detail(name: str) -> str:
-    """Properties and the 16 x 16 value table of one format."""
+    """Properties and the value table (every code, 8 per row) of one format."""
     from .formats import get_format
 
     f = get_format(name)
@@ -81,8 +81,11 @@ def format_detail(name: str) -> str:
         "integer value" if i.kind == "int" else "value")
     lines += ["", f"code -> {what} (row label + column = code; values are exact)", ""]
     vals = f.values()
+    if vals.size > 256:  # 16-bit formats: the table would have 8192 rows
+        lines[-2] = f"{vals.size} codes (uint16): lowprec.get_format({i.name!r}).values()"
+        return "\n".join(lines)
     lines.append("     " + "".join(f"{'+' + str(c):>18}" for c in range(8)))
-    for row in range(32):
+    for row in range(vals.size // 8):
         cells = "".join(f"{_fmt_float(float(vals[row * 8 + c]), i.kind == 'int'):>18}"
                         for c in range(8))
         lines.append(f"0x{row * 8:02X} {cells}")

@@ -77,6 +77,22 @@ def variants() -> list[tuple[str, dict]]:
                 out.append(("int", dict(kind=kind, mode=mode, want=want)))
     for signed in (False, True):
         out.append(("int_decode", dict(signed=signed)))
+    # Formats II (issue 17): one format of each kind of specials, uint16 codes (bfloat16), the
+    # E8M0 kernel and the new MX elements
+    for fmt in ("e2m1", "binary8p1", "bfloat16"):
+        for mode in (0, 5):
+            for kind in (0, 1):
+                for want in (False, True):
+                    out.append(("codec", dict(fmt=fmt, mode=mode, kind=kind, sat=False,
+                                              want=want)))
+    for kind in (0, 1):
+        for mode in (1, 5):
+            for want in (False, True):
+                out.append(("pow2", dict(kind=kind, mode=mode, want=want)))
+    for fmt in ("mxfp4", "mxint8"):
+        for mode in (0,):
+            for want in (False, True):
+                out.append(("mx", dict(fmt=fmt, kind=0, mode=mode, want=want, kk=32)))
     return out
 
 
@@ -124,10 +140,19 @@ def _build(name: str, d: dict) -> str:
         spec = {"hif8": HIF8_SPEC, **SPECS}[d["fmt"]]
         C = minifloat.kernel_constexprs(spec, d["kind"] == 1, d["mode"], d["sat"], d["want"])
         C.update(IN_KIND=d["kind"], BLOCK=minifloat.gpu_block(C["PATH"]))
-        sig = dict(x_ptr=_IN_TYPES[d["kind"]], out_ptr="*fp32" if d["want"] else "*u8",
+        codes = "*u16" if C["OUT16"] else "*u8"
+        sig = dict(x_ptr=_IN_TYPES[d["kind"]], out_ptr="*fp32" if d["want"] else codes,
                    mtab_ptr="*i32", btab_ptr="*i32", n=i32, seed_lo=i32, seed_hi=i32,
                    off_lo=i32, off_hi=i32, sr_bits=i32, bf16=i32)
         return _compile(minifloat._codec_kernel, sig, C, minifloat._NUM_WARPS)
+    if name == "pow2":
+        e8 = SPECS["e8m0"]
+        C = dict(IN_KIND=d["kind"], BIAS=e8.bias, MAXC=e8.max_code, NANC=e8.nan_code,
+                 MODE=d["mode"], SAT=False, OVF_MAX=False, WANT_VALUE=d["want"],
+                 BLOCK=minifloat._GPU_BLOCK_GENERIC)
+        sig = dict(x_ptr=_IN_TYPES[d["kind"]], out_ptr="*fp32" if d["want"] else "*u8", n=i32,
+                   seed_lo=i32, seed_hi=i32, off_lo=i32, off_hi=i32, sr_bits=i32, bf16=i32)
+        return _compile(minifloat._pow2_kernel, sig, C, minifloat._NUM_WARPS)
     if name == "lookup":
         sig = dict(codes_ptr="*u8", table_ptr="*fp32", out_ptr="*fp32", n=i32)
         return _compile(minifloat._lookup_kernel, sig, dict(BLOCK=minifloat._GPU_BLOCK), 4)

@@ -112,8 +112,8 @@ def test_formats_table(capsys):
 
 
 def test_formats_unknown(capsys):
-    assert main(["formats", "e3m4"]) == 2
-    assert "e3m4" in capsys.readouterr().err
+    assert main(["formats", "e9m9"]) == 2
+    assert "e9m9" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------

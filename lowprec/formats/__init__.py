@@ -12,6 +12,7 @@ from .core import (
     available_formats,
     get_format,
 )
+from .minifloat import float_format
 
 __all__ = [
     "Format",
@@ -21,6 +22,7 @@ __all__ = [
     "available_formats",
     "decode",
     "encode",
+    "float_format",
     "get_format",
     "quantize",
 ]

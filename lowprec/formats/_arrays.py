@@ -131,8 +131,9 @@ def wrap(result: np.ndarray, as_torch: bool):
 def codes_array(codes, what="codes") -> tuple[np.ndarray, bool]:
     """Validate an array of 8-bit codes (uint8, or int8 for the int8 format)."""
     arr, was_torch = to_numpy(codes, what)
-    if arr.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
-        raise TypeError(f"{what} must have dtype uint8 (int8 for the int8 format), got {arr.dtype}")
+    if arr.dtype not in (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16)):
+        raise TypeError(f"{what} must have dtype uint8 (int8 for the int8 format, uint16 for "
+                        f"16-bit formats), got {arr.dtype}")
     return arr, was_torch
 
 
@@ -149,7 +150,52 @@ def _lookup_parallel(codes, table, out):
 
 
 def lookup(codes: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
-    """``out.flat[i] = table[codes.flat[i]]`` for uint8 codes and a 256-entry table."""
-    c = np.ascontiguousarray(codes).reshape(-1).view(np.uint8)
+    """``out.flat[i] = table[codes.flat[i]]`` for uint8 (int8 read as uint8) codes and a
+    256-entry table, or uint16 codes and a 65536-entry table."""
+    c = np.ascontiguousarray(codes).reshape(-1)
+    if c.dtype != np.uint16:
+        c = c.view(np.uint8)
     o = out.reshape(-1)
     (_lookup_parallel if c.shape[0] >= PARALLEL_MIN else _lookup_serial)(c, table, o)
+
+
+def pack_codes(codes, bits: int):
+    """Pack 4-bit codes two per byte along the last axis: code ``2i`` in the low nibble and code
+    ``2i + 1`` in the high nibble of byte ``i`` (the layout of torchao's ``pack_uint4`` and of
+    ``torch.float4_e2m1fn_x2``; ml_dtypes keeps one code per byte).  The last axis must have even
+    length.  Returns a uint8 array (a tensor for tensor input) with the last axis halved.
+
+    Raises:
+        ValueError: codes wider than 4 bits, or an odd last axis.
+    """
+    if bits > 4:
+        raise ValueError(f"packed=True packs 4-bit codes two per byte; this format has {bits}-bit "
+                         "codes (stored one per byte)")
+    if is_torch(codes):
+        if codes.ndim == 0 or codes.shape[-1] % 2:
+            raise ValueError(f"packed=True needs an even last axis, got shape {tuple(codes.shape)}")
+        torch = _torch()
+        c = codes.contiguous().view(torch.uint8) & 0x0F
+        return (c[..., 0::2] | (c[..., 1::2] << 4)).contiguous()
+    c = np.asarray(codes)
+    if c.ndim == 0 or c.shape[-1] % 2:
+        raise ValueError(f"packed=True needs an even last axis, got shape {c.shape}")
+    c = c.view(np.uint8) & 0x0F  # int4: the two's complement nibble
+    return np.ascontiguousarray(c[..., 0::2] | (c[..., 1::2] << 4))
+
+
+def unpack_codes(packed, signed: bool = False):
+    """Inverse of :func:`pack_codes`: uint8 bytes to 4-bit codes, one per byte, the last axis
+    doubled (``signed``: int8 codes -8..7, the nibbles sign-extended, for int4)."""
+    if is_torch(packed):
+        torch = _torch()
+        p = packed.contiguous()
+        c = torch.stack([p & 0x0F, p >> 4], dim=-1).reshape(*p.shape[:-1], -1)
+        return ((c ^ 8).to(torch.int8) - 8) if signed else c
+    p = np.asarray(packed)
+    if p.dtype != np.uint8:
+        raise TypeError(f"packed codes must have dtype uint8, got {p.dtype}")
+    if p.ndim == 0:
+        raise ValueError("packed codes need at least one axis")
+    c = np.stack([p & 0x0F, p >> 4], axis=-1).reshape(p.shape[:-1] + (-1,))
+    return ((c ^ 8).astype(np.int8) - np.int8(8)) if signed else c

@@ -39,6 +39,7 @@ def _bitcast(src, dst):
 f32_as_u32 = stable_uuid(intrinsic(_bitcast(types.float32, types.uint32)), f"{__name__}.f32_as_u32")
 u32_as_f32 = stable_uuid(intrinsic(_bitcast(types.uint32, types.float32)), f"{__name__}.u32_as_f32")
 f64_as_u64 = stable_uuid(intrinsic(_bitcast(types.float64, types.uint64)), f"{__name__}.f64_as_u64")
+u64_as_f64 = stable_uuid(intrinsic(_bitcast(types.uint64, types.float64)), f"{__name__}.u64_as_f64")
 
 
 def _shift32(op):

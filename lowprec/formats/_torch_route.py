@@ -91,6 +91,10 @@ def _finish(out, result: torch.Tensor):
 # float formats
 
 
+def _code_dtype(f: Format):
+    return torch.uint16 if f.info.bits > 8 else torch.uint8
+
+
 def float_codec(x, f: Format, rounding, saturate, seed, sr_bits, offset, out, want_value):
     """``api.encode`` / ``api.quantize`` of a float format for a torch tensor."""
     from .api import _float_options
@@ -102,7 +106,7 @@ def float_codec(x, f: Format, rounding, saturate, seed, sr_bits, offset, out, wa
     ops = _ops.route(x)
     if out is None:
         return ops.float_codec(x, *args, want_value)
-    o = _out_tensor(out, x, torch.float32 if want_value else torch.uint8)
+    o = _out_tensor(out, x, torch.float32 if want_value else _code_dtype(f))
     if not _ops.eager(x) or overlaps(x, o):
         o.copy_(ops.float_codec(x, *args, want_value))  # through a temporary
     else:
@@ -112,8 +116,8 @@ def float_codec(x, f: Format, rounding, saturate, seed, sr_bits, offset, out, wa
 
 def float_decode(codes, f: Format, out):
     """``api.decode`` of plain float-format codes held in a torch tensor."""
-    if codes.dtype != torch.uint8:
-        raise TypeError(f"{f.name} codes must have dtype uint8, got {codes.dtype}")
+    if codes.dtype != _code_dtype(f):
+        raise TypeError(f"{f.name} codes must have dtype {_code_dtype(f)}, got {codes.dtype}")
     ops = _ops.route(codes)
     if out is None:
         return ops.float_decode(codes, f.name)

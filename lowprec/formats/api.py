@@ -5,6 +5,7 @@ Validation and dispatch only; the arithmetic is in the family modules.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -17,13 +18,20 @@ __all__ = ["encode", "decode", "quantize"]
 
 
 def _float_spec(name: str):
-    if name == "hif8":
-        from .hif8 import HIF8_SPEC
+    """The kernel constants of a float format (every float :class:`Format` carries them)."""
+    return get_format(name).spec
 
-        return HIF8_SPEC
-    from .minifloat import SPECS
 
-    return SPECS[name]
+def code_dtype(f: Format):
+    """NumPy dtype of a float format's codes: uint8, or uint16 for formats wider than 8 bits."""
+    return np.uint16 if f.info.bits > 8 else np.uint8
+
+
+def _cpu_only(x, f: Format):
+    """``x`` unless it is a CUDA tensor (the formats implemented on the CPU only)."""
+    if A.is_torch(x) and x.device.type != "cpu":
+        raise ValueError(f"{f.name} runs on the CPU only (for now): pass x.cpu()")
+    return x
 
 
 def _no_extra(kwargs: dict, fmt: str, allowed: str) -> None:
@@ -39,6 +47,7 @@ _FLOAT_ARGS = "rounding, saturate, seed, sr_bits, offset, out"
 _SCALED_KW = {
     "mx": ("axis", "block_size", "scale_mode", "nonfinite"),
     "int": ("granularity", "axis", "block_size", "symmetric", "scale", "zero_point", "narrow"),
+    "nvfp4": ("axis", "block_size", "recipe", "tensor_scale"),
 }
 
 
@@ -77,11 +86,11 @@ def _float_codec(x, f: Format, rounding, saturate, seed, sr_bits, offset, out, w
                                                 arr.dtype == np.float64)
     from .minifloat import run_kernel
 
-    o = A.make_out(out, arr.shape, np.float32 if want_value else np.uint8)
+    o = A.make_out(out, arr.shape, np.float32 if want_value else code_dtype(f))
     bits = A.float_bits(arr)
     flat = o.reshape(-1)
     work = A.scratch_if_overlap(flat, bits)  # out= overlapping x: compute through a temporary
-    run_kernel(_float_spec(f.name), bits, work, mode, sat, seed_v, sr, off)
+    run_kernel(f.spec, bits, work, mode, sat, seed_v, sr, off)
     if work is not flat:
         flat[...] = work
     return A.wrap(o, was_torch) if out is None else out
@@ -124,9 +133,12 @@ def encode(
             quantized at once.
         out: optional preallocated C-contiguous uint8 array of ``x.shape`` (float formats): a
             numpy array or a tensor on ``x``'s device; it may overlap ``x``.
-        **kwargs: scaled formats only: MX ``axis``, ``block_size``, ``scale_mode``,
-            ``nonfinite``; INT ``granularity``, ``axis``, ``block_size``, ``symmetric``,
-            ``scale``, ``zero_point``, ``narrow``.
+        **kwargs: ``packed=True`` (4-bit formats: e2m1, mxfp4, nvfp4, int4, uint4): two codes
+            per byte along the last axis, code ``2i`` in the low nibble (torchao's layout; the
+            last axis must be even; QuantizedArray codes are packed likewise).  Scaled formats:
+            MX ``axis``, ``block_size``, ``scale_mode``, ``nonfinite``; NVFP4 ``axis``,
+            ``block_size``, ``recipe``, ``tensor_scale``; INT ``granularity``, ``axis``,
+            ``block_size``, ``symmetric``, ``scale``, ``zero_point``, ``narrow``.
 
     Returns:
         float formats: uint8 codes of ``x.shape`` (a torch tensor for torch input).
@@ -145,6 +157,18 @@ def encode(
         from . import _torch_route  # noqa: F401  (first: loads every family, see _torch_route)
     f = get_format(fmt)
     kind = f.info.kind
+    packed = kwargs.pop("packed", False)
+    if not isinstance(packed, (bool, np.bool_)):
+        raise TypeError(f"packed must be True or False, got {packed!r}")
+    if packed:
+        if out is not None:
+            raise TypeError("out= cannot be combined with packed=True")
+        A.pack_codes(np.zeros(2, np.uint8), f.info.bits)  # the width check, before any work
+        res = encode(x, f, rounding, saturate, seed=seed, sr_bits=sr_bits, offset=offset,
+                     **kwargs)
+        if isinstance(res, QuantizedArray):
+            return replace(res, codes=A.pack_codes(res.codes, f.info.bits), packed=True)
+        return A.pack_codes(res, f.info.bits)
     if kind == "float":
         _no_extra(kwargs, f.name, _FLOAT_ARGS)
         return _float_codec(x, f, rounding, saturate, seed, sr_bits, offset, out, False)
@@ -153,6 +177,10 @@ def encode(
     _scaled_kwargs(kwargs, f, False)
     common = dict(rounding=rounding, seed=seed, sr_bits=sr_bits, saturate=saturate,
                   offset=offset)
+    if kind == "nvfp4":
+        from . import nvfp4
+
+        return nvfp4.encode(_cpu_only(x, f), f, **common, **kwargs)
     if A.is_torch(x):
         from . import _torch_route as T
 
@@ -166,7 +194,8 @@ def encode(
     return integer.encode(x, f, **common, **kwargs)
 
 
-def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None):
+def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None,
+           packed: bool = False):
     """Decode codes to float32 values.
 
     Args:
@@ -176,6 +205,8 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None):
         fmt: the format of plain codes.
         out: optional preallocated float32 array (plain codes only; numpy or a tensor on the
             codes' device; it may overlap ``codes``).
+        packed: plain codes packed two per byte by ``encode(..., packed=True)`` (a packed
+            QuantizedArray says so itself).
 
     Returns:
         float32 values of ``codes.shape``, exactly the values of the codes (NaN codes -> NaN).
@@ -191,12 +222,23 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None):
         >>> lp.decode(np.array([0x38, 0x7F], np.uint8), "e4m3")
         array([ 1., nan], dtype=float32)
     """
+    if isinstance(codes, QuantizedArray) and codes.packed:
+        codes = replace(codes, codes=A.unpack_codes(codes.codes, codes.format == "int4"),
+                        packed=False)
+    elif packed:
+        if isinstance(codes, QuantizedArray):
+            raise ValueError("this QuantizedArray is not packed (its packed field is False)")
+        codes = A.unpack_codes(codes)
     if A.is_torch(codes.codes if isinstance(codes, QuantizedArray) else codes):
         from . import _torch_route  # noqa: F401  (first: loads every family, see _torch_route)
     if isinstance(codes, QuantizedArray):
         f = get_format(codes.format)
         if fmt is not None and get_format(fmt) != f:
             raise ValueError(f"QuantizedArray holds {f.name!r} codes, not {get_format(fmt).name!r}")
+        if f.info.kind == "nvfp4":
+            from . import nvfp4
+
+            return nvfp4.decode(codes)
         if A.is_torch(codes.codes):
             from . import _torch_route as T
 
@@ -220,8 +262,9 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None):
 
         return T.float_decode(codes, f, out)
     arr, was_torch = A.codes_array(codes)
-    if arr.dtype != np.uint8:
-        raise TypeError(f"{f.name} codes must have dtype uint8, got {arr.dtype}")
+    if arr.dtype != code_dtype(f):
+        raise TypeError(f"{f.name} codes must have dtype {np.dtype(code_dtype(f))}, got "
+                        f"{arr.dtype}")
     o = A.make_out(out, arr.shape, np.float32)
     work = A.scratch_if_overlap(o, arr)
     A.lookup(arr, f.values(), work)
@@ -270,6 +313,10 @@ def quantize(
     _scaled_kwargs(kwargs, f, True)
     common = dict(rounding=rounding, seed=seed, sr_bits=sr_bits, saturate=saturate,
                   offset=offset)
+    if kind == "nvfp4":
+        from . import nvfp4
+
+        return nvfp4.quantize(_cpu_only(x, f), f, out=out, **common, **kwargs)
     if A.is_torch(x):
         from . import _torch_route as T
 

@@ -139,10 +139,11 @@ class Format:
         np.float32(1.0)
     """
 
-    __slots__ = ("info", "_values")
+    __slots__ = ("info", "_values", "spec")
 
-    def __init__(self, info: FormatInfo, values: np.ndarray):
+    def __init__(self, info: FormatInfo, values: np.ndarray, spec=None):
         self.info = info
+        self.spec = spec  # float formats: the kernel constants (minifloat.FloatSpec / Pow2Spec)
         v = np.asarray(values, dtype=np.float32).copy()
         v.setflags(write=False)
         self._values = v
@@ -154,6 +155,7 @@ class Format:
 
     def values(self) -> np.ndarray:
         """Float32 value of each of the ``2**bits`` codes, indexed by code (NaN where NaN).
+        (8-bit scaled formats with sub-byte elements list the ``2**element_bits`` codes.)
 
         For ``mx`` formats these are the unscaled element values; for ``int`` formats the integer
         value of each code (int8 codes are two's complement: code 0xFF is -1).
@@ -172,13 +174,25 @@ class Format:
 
 
 _REGISTRY: dict[str, Format] = {}
-_ORDER = ["hif8", "e4m3", "e5m2", "mxfp8_e4m3", "mxfp8_e5m2", "int8", "uint8"]
+# the element formats of issue 17 (one FloatDesc literal each in minifloat.py)
+_FLOATS_II = ["e2m1", "e2m3", "e3m2", "e8m0", "e4m3fnuz", "e5m2fnuz", "e4m3_ieee", "e3m4",
+              *(f"binary8p{p}" for p in range(1, 8)), "bfloat16", "float16"]
+_MX_II = ["mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxint8", "nvfp4"]
+_INT_II = ["int4", "uint4"]
+_ORDER = ["hif8", "e4m3", "e5m2", "mxfp8_e4m3", "mxfp8_e5m2", "int8", "uint8", *_FLOATS_II,
+          *_MX_II, *_INT_II]
+_USER: list[str] = []  # formats made by lowprec.float_format, in creation order
 _ALIASES = {
     "hifloat8": "hif8",
     "float8_e4m3fn": "e4m3",
     "e4m3fn": "e4m3",
     "float8_e5m2": "e5m2",
     "mxfp8": "mxfp8_e4m3",
+    "float4_e2m1fn": "e2m1", "fp4": "e2m1", "float6_e2m3fn": "e2m3", "float6_e3m2fn": "e3m2",
+    "float8_e8m0fnu": "e8m0", "float8_e4m3fnuz": "e4m3fnuz", "float8_e5m2fnuz": "e5m2fnuz",
+    "float8_e4m3": "e4m3_ieee", "float8_e3m4": "e3m4", "bf16": "bfloat16", "fp16": "float16",
+    "half": "float16", **{f"p3109_k8p{p}se": f"binary8p{p}" for p in range(1, 8)},
+    "mxfp6": "mxfp6_e2m3",
 }
 
 
@@ -187,16 +201,19 @@ def _register(fmt: Format) -> None:
 
 
 # the family module that registers each format (imported on first use of one of its formats)
-_FAMILY = {"hif8": "hif8", "e4m3": "minifloat", "e5m2": "minifloat", "mxfp8_e4m3": "mx",
-           "mxfp8_e5m2": "mx", "int8": "integer", "uint8": "integer"}
+_FAMILY = {"nvfp4": "nvfp4", "hif8": "hif8", "e4m3": "minifloat", "e5m2": "minifloat",
+           "mxfp8_e4m3": "mx",
+           "mxfp8_e5m2": "mx", "int8": "integer", "uint8": "integer",
+           **{n: "minifloat" for n in _FLOATS_II}, **{n: "mx" for n in _MX_II if n != "nvfp4"},
+           **{n: "integer" for n in _INT_II}}
 
 
 def _ensure_registry() -> None:
     # Import every family for the side effect of registration (each module registers its
     # formats on import).  Not conditional on an empty registry: importing one family module
     # directly (e.g. minifloat) must not hide the others.
-    if len(_REGISTRY) < len(_ORDER):
-        from . import hif8, integer, minifloat, mx  # noqa: F401
+    if any(n not in _REGISTRY for n in _ORDER):
+        from . import hif8, integer, minifloat, mx, nvfp4  # noqa: F401
 
 
 def _ensure_family(key: str) -> None:
@@ -212,6 +229,8 @@ def _ensure_family(key: str) -> None:
             from . import minifloat  # noqa: F401
         elif family == "mx":
             from . import mx  # noqa: F401
+        elif family == "nvfp4":
+            from . import nvfp4  # noqa: F401
         else:
             from . import integer  # noqa: F401
 
@@ -219,12 +238,15 @@ def _ensure_family(key: str) -> None:
 def available_formats() -> list[str]:
     """Names of every registered format, in a stable order.
 
+    The seven formats of the design come first, then those of issue 17 ("Formats II"), then
+    the formats made by :func:`lowprec.float_format`, in creation order.
+
     Example:
-        >>> available_formats()
+        >>> available_formats()[:7]
         ['hif8', 'e4m3', 'e5m2', 'mxfp8_e4m3', 'mxfp8_e5m2', 'int8', 'uint8']
     """
     _ensure_registry()
-    return [n for n in _ORDER if n in _REGISTRY]
+    return [n for n in _ORDER if n in _REGISTRY] + list(_USER)
 
 
 def get_format(name: str | Format) -> Format:
@@ -266,6 +288,8 @@ class QuantizedArray:
         block_size: MX and INT ``per_block``: elements per block along ``axis``; else None.
         zero_points: INT asymmetric: int32 zero points shaped like ``scales``; else None.
         granularity: INT: ``per_tensor``, ``per_channel``, ``per_token`` or ``per_block``.
+        tensor_scale: NVFP4: the float32 per-tensor scale (1.0 single level); else None.
+        packed: ``codes`` hold two 4-bit codes per byte (``encode(..., packed=True)``).
     """
 
     codes: np.ndarray
@@ -275,6 +299,8 @@ class QuantizedArray:
     block_size: int | None = None
     zero_points: np.ndarray | None = None
     granularity: str | None = None
+    tensor_scale: float | None = None
+    packed: bool = False
 
     @property
     def shape(self) -> tuple[int, ...]:

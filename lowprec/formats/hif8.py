@@ -173,4 +173,4 @@ HIF8_INFO = FormatInfo(
     doc="HiFloat8: tapered precision (3/2/1 mantissa bits), exponents -22..15 (formats.md 1)",
 )
 
-_register(Format(HIF8_INFO, HIF8_VALUES))
+_register(Format(HIF8_INFO, HIF8_VALUES, HIF8_SPEC))

@@ -89,6 +89,17 @@ from .rounding import SR, SR_BITS_DEFAULT, check_offset, check_seed, check_sr_bi
 
 __all__ = ["encode", "decode", "quantize", "INT8_INFO", "UINT8_INFO", "GRANULARITIES"]
 
+# (wide min, narrow min, max, code dtype) of each integer format; int4 / uint4 codes are stored
+# one per byte (int8 / uint8 arrays, values -8..7 / 0..15; ``packed=True`` packs two per byte)
+RANGES = {"int8": (-128, -127, 127, np.int8), "uint8": (0, 0, 255, np.uint8),
+          "int4": (-8, -7, 7, np.int8), "uint4": (0, 0, 15, np.uint8)}
+
+
+def is_unsigned(name: str) -> bool:
+    """True for the unsigned integer formats (uint8, uint4)."""
+    return RANGES[name][0] == 0
+
+
 INT8_MIN = -128
 INT8_MAX = 127
 INT8_NARROW_MIN = -127  # symmetric default: the range is symmetric about 0
@@ -347,13 +358,15 @@ def _norm_axis(axis, nd):
 def _qrange(f: Format, symmetric: bool, narrow) -> tuple[int, int]:
     if narrow is not None and not isinstance(narrow, (bool, np.bool_)):
         raise TypeError(f"narrow must be True, False or None, got {narrow!r}")
-    if f.name == "uint8":
+    lo, nlo, hi, _dt = RANGES[f.name]
+    if is_unsigned(f.name):
         if narrow:
-            raise ValueError("narrow=True applies to int8 only; uint8 always uses [0, 255]")
-        return UINT8_MIN, UINT8_MAX
+            raise ValueError(f"narrow=True applies to int8 only (and int4); {f.name} always "
+                             f"uses [0, {hi}]")
+        return lo, hi
     if narrow is None:
         narrow = symmetric
-    return (INT8_NARROW_MIN if narrow else INT8_MIN), INT8_MAX
+    return (nlo if narrow else lo), hi
 
 
 def _user_array(v, what: str) -> np.ndarray:
@@ -451,7 +464,7 @@ def _resolve(x, f, rounding, seed, sr_bits, saturate, granularity, axis, block_s
         if s32 is None:
             lo, hi = _group_minmax(flat, lay)
             amax = np.maximum(-lo, hi)
-            s32 = _to_f32_scale(amax / (UINT8_MAX if f.name == "uint8" else INT8_MAX))
+            s32 = _to_f32_scale(amax / RANGES[f.name][2])
             s32[amax == 0] = 1.0
     else:
         if zero_point is not None:
@@ -564,7 +577,7 @@ def encode(x: Any, f: Format, *, rounding: str | Rounding | None = None,
             f"NaN has no {fmt.name} code ({nan} NaN value(s) in x); use quantize() to "
             "propagate NaN, or remove NaNs first"
         )
-    if fmt.name == "int8":
+    if not is_unsigned(fmt.name):
         codes = codes.view(np.int8)
     t = p["was_torch"]
     lay = p["lay"]
@@ -617,7 +630,7 @@ def check_quantized(q: QuantizedArray, f: Format, codes_shape, codes_dtype, scal
 
     ``granularity=None`` (a hand-made QuantizedArray) means ``per_block`` when ``block_size``
     is set and otherwise any scale shape that broadcasts to the codes."""
-    want = "int8" if f.name == "int8" else "uint8"
+    want = np.dtype(RANGES[f.name][3]).name
     if str(codes_dtype).split(".")[-1] != want:
         raise TypeError(f"{f.name} codes must have dtype {want}, got {codes_dtype}")
     g = q.granularity
@@ -673,7 +686,7 @@ def check_zero_point_values(z: np.ndarray, f: Format) -> np.ndarray:
     """Zero points of a QuantizedArray as int32, or ValueError unless integers in the format's
     code range ([-128, 127] int8, [0, 255] uint8)."""
     zf = z.astype(np.float64)
-    lo, hi = (INT8_MIN, INT8_MAX) if f.name == "int8" else (UINT8_MIN, UINT8_MAX)
+    lo, _nlo, hi, _dt = RANGES[f.name]
     if not np.all(np.floor(zf) == zf) or (zf.size and (zf.min() < lo or zf.max() > hi)):
         raise ValueError(f"QuantizedArray zero_points must be integers in [{lo}, {hi}]")
     return zf.astype(np.int32)
@@ -748,3 +761,22 @@ UINT8_INFO = FormatInfo(
 
 _register(Format(INT8_INFO, INT8_VALUES))
 _register(Format(UINT8_INFO, UINT8_VALUES))
+
+# INT4 / UINT4 (issue 17): the same affine codec with 4-bit code ranges; values() lists the 16
+# codes in the nibble order ml_dtypes.int4 / uint4 use (int4: two's complement nibbles)
+INT4_VALUES = (np.arange(16) ^ 8).astype(np.float32) - 8
+UINT4_VALUES = np.arange(16, dtype=np.float32)
+_register(Format(FormatInfo(
+    name="int4", bits=4, kind="int", max=7.0, min_normal=0.0, min_subnormal=1.0,
+    has_inf=False, has_nan=False, has_neg_zero=False, nan_codes=(), inf_codes=(), nan_code=None,
+    max_code=7, default_rounding=Rounding.NEAREST_EVEN, scaled=True, qmin=-7, qmax=7,
+    doc="INT4 affine quantization: codes -8..7 (int8 arrays, or packed two per byte), "
+        "symmetric [-7, 7] by default, float32 scales, int32 zero points",
+), INT4_VALUES))
+_register(Format(FormatInfo(
+    name="uint4", bits=4, kind="int", max=15.0, min_normal=0.0, min_subnormal=1.0,
+    has_inf=False, has_nan=False, has_neg_zero=False, nan_codes=(), inf_codes=(), nan_code=None,
+    max_code=15, default_rounding=Rounding.NEAREST_EVEN, scaled=True, qmin=0, qmax=15,
+    doc="UINT4 affine quantization: codes 0..15 (uint8 arrays, or packed two per byte), "
+        "float32 scales, int32 zero points",
+), UINT4_VALUES))

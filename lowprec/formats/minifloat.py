@@ -25,14 +25,15 @@ NaNs).  Float64 input is rounded directly from its 53-bit significand (no double
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import njit, prange
 
 from ._arrays import PARALLEL_MIN
-from ._bits import f32_as_u32, shl32, shr32, u32_as_f32
+from ._bits import f32_as_u32, shl32, shr32, u32_as_f32, u64_as_f64
 from ._jit import jit, stable_uuid
-from .core import Format, FormatInfo, Rounding, _register
+from .core import Format, FormatInfo, Rounding, _register, get_format
 from .rounding import HYBRID, RDOWN, RNA, RUP, RZ, SR, round_up, sr_draw, sr_round_up
 
 # formats.md 2.1
@@ -65,7 +66,11 @@ class FloatSpec:
             from its bits; bits below the binade's ``m(E)`` mantissa bits are ignored (the
             vectorized path computes codes arithmetically instead of gathering from
             ``base_tab``).
-        neg_zero: the format has -0 (0x80).
+        neg_zero: the format has -0 (the sign bit alone).
+        bits: code width (up to 16; codes are stored in uint8, or uint16 above 8 bits).
+        sign: the sign bit of a code (0x80 for 8-bit formats; 0 for unsigned formats).
+        has_nan: False for formats without a NaN code (OCP FP4/FP6): NaN input then writes
+            ``nan_code`` (the -0 code, as ml_dtypes does) and overflow always saturates.
         inf_code: positive Inf code, or -1.
         nan_code: positive NaN code.
         nan_signed: NaN codes carry the input sign.
@@ -73,8 +78,12 @@ class FloatSpec:
     """
 
     def __init__(self, *, name, e_lo, emax, fracmax, m, m_tab=None, base_tab=None, taper=(),
-                 code_fn=None, neg_zero, inf_code, nan_code, nan_signed, max_code, max_value):
+                 code_fn=None, neg_zero, inf_code, nan_code, nan_signed, max_code, max_value,
+                 bits=8, sign=SIGN, has_nan=True):
         self.name = name
+        self.bits = bits
+        self.sign = sign
+        self.has_nan = has_nan
         self.e_lo = e_lo
         self.code_fn = code_fn if code_fn is not None else _no_code_fn
         self.taper = tuple(taper)
@@ -114,10 +123,13 @@ def codec_constants(spec: FloatSpec, in64: bool, mode: int, saturate: bool) -> d
     m_lo = int(m_tab[0])
     uniform = spec.m >= 0
     has_inf = spec.inf_code >= 0
-    ovf_code = spec.inf_code if has_inf else spec.nan_code
+    # without Inf and NaN codes (OCP FP4/FP6) overflow can only saturate
+    sat = bool(saturate) or not (has_inf or spec.has_nan)
+    ovf_code = spec.inf_code if has_inf else (spec.nan_code if spec.has_nan else spec.max_code)
     maxbits = int(np.float32(spec.max_value).view(np.uint32))
     T0, T1, T2 = (list(spec.taper) + [1 << 20] * 3)[:3]
-    sat = bool(saturate)
+    sign = int(spec.sign)
+    off = ((126 + e_lo) << m_max) if uniform else 0
     return dict(
         # input layout (float32 or float64 bits)
         FB=FB, BIAS_IN=BIAS_IN, SSH=SSH, ABS_MASK=ABS_MASK, INF_BITS=INF_BITS,
@@ -128,21 +140,24 @@ def codec_constants(spec: FloatSpec, in64: bool, mode: int, saturate: bool) -> d
         NEG_ZERO=bool(spec.neg_zero), HAS_INF=has_inf, INF_CODE=spec.inf_code,
         NAN_CODE=spec.nan_code, NAN_SIGNED=bool(spec.nan_signed), MAX_CODE=spec.max_code,
         OVF_CODE=ovf_code,
-        MODE=int(mode), SAT=sat,
+        MODE=int(mode), SAT=sat, SIGN=sign, SGN_SH=32 - spec.bits, HAS_NAN=bool(spec.has_nan),
         # Overflow to +-max instead of Inf/NaN for finite inputs: saturation and the directed
         # modes that round toward zero on that side (IEEE 754 7.4).
         OVF_MAX_POS=sat or mode in (RZ, RDOWN), OVF_MAX_NEG=sat or mode in (RZ, RUP),
         # float32 bits of results: max, the overflow value (Inf, or NaN without Inf), NaN
         MAXBITS=maxbits, INF_BITS32=0x7F800000 if has_inf else 0x7FC00000,
-        NAN_BITS32=0x7FC00000,
+        NAN_BITS32=0x7FC00000 if spec.has_nan else (0x80000000 if spec.neg_zero else 0),
         # float32 fast path: significand shift below the lowest binade is SH_LO_BASE - e;
         # code offset of a uniform format's float32 bits; 2**Q_LO (bits)
-        SH_LO_BASE=23 - m_lo + e_lo, OFF=((126 + e_lo) << m_max) if uniform else 0,
-        LOSCALE_BITS=(127 + e_lo - m_lo) << 23,
+        SH_LO_BASE=23 - m_lo + e_lo, OFF=off & 0xFFFFFFFF,
+        LOSCALE_BITS=int(np.float32(2.0 ** (e_lo - m_lo)).view(np.uint32)),
+        # ties to even without mantissa bits: the code's parity is the exponent's, shifted by OFF
+        PAR_FLIP=uniform and m_max == 0 and (off & 1) == 1,
         # ties-to-even encode (uniform formats): half - 1, min normal bits, 2**(E_LO - m + 23)
         RNE_HALF_M1=(1 << (22 - m_max)) - 1, RNE_MINNORM=(127 + e_lo) << 23,
         RNE_CB=(127 + e_lo - m_max + 23) << 23, RNE_OVF=spec.max_code if sat else ovf_code,
-        RNE_NAN=spec.nan_code if spec.nan_signed else spec.nan_code | 0x80, RNE_S0=23 - m_max,
+        RNE_NAN=spec.nan_code if spec.nan_signed else spec.nan_code | sign, RNE_S0=23 - m_max,
+        RNE_OK=uniform and bool(spec.neg_zero) and (m_max > 0 or (off & 1) == 0),
         # ties-away encode (tapered formats whose lowest binade has no mantissa bits, HiF8)
         RNA_OK=(not uniform) and m_lo == 0, RNA_LO=(127 + e_lo - 1) << 23,
         RNA_MINNORM=(127 + e_lo) << 23, RNA_LO_CODE=int(spec.base_tab[0]),
@@ -177,8 +192,12 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
     MAX_VAL = spec.max_value
     MODE, SAT = K["MODE"], K["SAT"]
     OVF_MAX_POS, OVF_MAX_NEG, OVF_CODE = K["OVF_MAX_POS"], K["OVF_MAX_NEG"], K["OVF_CODE"]
-    INF_VAL = math.inf if HAS_INF else math.nan
+    SIGN_C, HAS_NAN = K["SIGN"], K["HAS_NAN"]
+    INF_VAL = math.inf if HAS_INF else (math.nan if HAS_NAN else MAX_VAL)
+    # a format without NaN writes the -0 code: -0.0, or +0.0 where that code means +0
+    NAN_VAL = math.nan if HAS_NAN else (-0.0 if NEG_ZERO else 0.0)
     WANT_VALUE = bool(want_value)
+    OUT_T = np.uint16 if spec.bits > 8 else np.uint8
     HYB = mode == HYBRID
     ONE = np.int64(1)
     # 2**k for every quantum exponent k a finite result can have
@@ -223,7 +242,8 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
             # ties-to-even looks at the parity of the lower neighbour's code; in a binade without
             # mantissa bits (HiF8 DML) that is the parity of the binade's own code
             if UNIFORM:
-                npar = n
+                # without mantissa bits the code's parity is the exponent's
+                npar = n if (M_U > 0 or e < E_LO) else (et - E_LO) + n
             else:
                 npar = n if (m > 0 or e < E_LO) else BASE_TAB[min(et, EMAX + 1) - E_LO]
             up = round_up(MODE, rem, sc1, (npar & 1) == 1, neg, sr_up)
@@ -234,7 +254,7 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
         efin = et + carry
         fr = n & ((ONE << m) - 1)
         ovf = (not low) and (efin > EMAX or (efin == EMAX and fr > FRACMAX))
-        sgn = SIGN if neg else 0
+        sgn = SIGN_C if neg else 0
         big = a >= INF_BITS
         if WANT_VALUE:
             # rounded magnitude: n quanta of 2**(et - m), built from bits (exact)
@@ -247,9 +267,9 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
             v = (ovf_neg if neg else ovf_pos) if ovf else v
             v = (MAX_VAL if SAT else INF_VAL) if a == INF_BITS else v
             v = -v if neg else v
-            v = math.nan if a > INF_BITS else v
             if not NEG_ZERO:
                 v = 0.0 if v == 0.0 else v
+            v = NAN_VAL if a > INF_BITS else v
             return 0, v
         if UNIFORM:
             code = ((et - E_LO) << m) + n
@@ -288,12 +308,12 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
         @njit(cache=True, nogil=True)
         def serial(bits, out, seed, sr_bits, offset):
             for i in range(bits.shape[0]):
-                out[i] = np.uint8(one(bits[i], seed, offset + i, sr_bits)[0])
+                out[i] = OUT_T(one(bits[i], seed, offset + i, sr_bits)[0])
 
         @njit(cache=True, nogil=True, parallel=True)
         def parallel(bits, out, seed, sr_bits, offset):
             for i in prange(bits.shape[0]):
-                out[i] = np.uint8(one(bits[i], seed, offset + i, sr_bits)[0])
+                out[i] = OUT_T(one(bits[i], seed, offset + i, sr_bits)[0])
 
     _KERNELS[key] = (serial, parallel)
     return serial, parallel
@@ -326,6 +346,8 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
     OVF_MAX_POS, OVF_MAX_NEG, OVF_CODE = K["OVF_MAX_POS"], K["OVF_MAX_NEG"], K["OVF_CODE"]
     INF_BITS32, NAN_BITS32 = K["INF_BITS32"], K["NAN_BITS32"]
     LOSCALE = np.uint32(K["LOSCALE_BITS"]).view(np.float32)
+    SIGN_C, SGN_SH, PAR_FLIP = K["SIGN"], K["SGN_SH"], K["PAR_FLIP"]
+    OUT_T = np.uint16 if spec.bits > 8 else np.uint8
 
     CODE_FN = spec.code_fn
 
@@ -354,12 +376,16 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
         else:
             n = shr32(src, ush)
             rem = U(src & U(shl32(U(1), ush) - U(1)))
-            up = round_up(MODE, rem, half, U(n & U(1)) != U(0), neg, False)
+            if PAR_FLIP:
+                odd = U(U(n + (U(0) if low else U(1))) & U(1)) != U(0)
+            else:
+                odd = U(n & U(1)) != U(0)
+            up = round_up(MODE, rem, half, odd, neg, False)
             r = U(n + (U(1) if up else U(0)))
         vb = shl32(r, ush)  # not low: the float32 bits of the rounded magnitude (carry included)
         ovf = (vb > U(MAXBITS)) & (not low)
         big = a >= U(0x7F800000)
-        sgn = U(0x80) if neg else U(0)
+        sgn = U(SIGN_C) if neg else U(0)
         if WANT_VALUE:
             vlow = f32_as_u32(np.float32(I(r)) * LOSCALE)
             v = vlow if low else vb
@@ -401,7 +427,7 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
     @njit(inline="always", cache=True)
     def one_rne(u):
         a = U(u & U(0x7FFFFFFF))
-        sgn = U(shr32(u, U(24)) & U(0x80))
+        sgn = U(shr32(u, U(SGN_SH)) & U(SIGN_C))
         lsb = U(shr32(a, U(RNE_S0)) & U(1))
         cn = U(shr32(U(U(a + U(RNE_HALF_M1)) + lsb), U(RNE_S0)) - U(OFF))
         cs = U(f32_as_u32(u32_as_f32(a) + RNE_C) - U(RNE_CB))
@@ -423,7 +449,7 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
     @njit(inline="always", cache=True)
     def one_rna(u):
         a = I(u & U(0x7FFFFFFF))
-        sgn = U(shr32(u, U(24)) & U(0x80))
+        sgn = U(shr32(u, U(SGN_SH)) & U(SIGN_C))
         e = I(I(shr32(U(a), U(23))) - I(127))
         ae = max(e, I(-e))
         m = I(I(I(I(M_MAX) - I(ae >= I(T0))) - I(ae >= I(T1))) - I(ae >= I(T2)))
@@ -436,13 +462,213 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
         nan = U(U(NAN_CODE) | sgn) if NAN_SIGNED else U(NAN_CODE)
         return nan if a > I(0x7F800000) else c
 
-    if UNIFORM and mode == 0 and not want_value and NEG_ZERO:
+    if K["RNE_OK"] and mode == 0 and not want_value:
         one = one_rne
     if RNA_OK and mode == RNA and not want_value:
         one = one_rna
     WANT_VALUE = want_value
     stable_uuid(one, f"minifloat.fast32.{spec.name}.{mode}.{int(saturate)}.{int(want_value)}")
     _KERNELS[("one32", id(spec), mode, saturate, want_value)] = one
+    if want_value:
+
+        @njit(cache=True, nogil=True)
+        def serial(bits, out):
+            for i in range(bits.shape[0]):
+                out[i] = one(bits[i])
+
+        @njit(cache=True, nogil=True, parallel=True)
+        def parallel(bits, out):
+            for i in prange(bits.shape[0]):
+                out[i] = one(bits[i])
+    else:
+
+        @njit(cache=True, nogil=True)
+        def serial(bits, out):
+            for i in range(bits.shape[0]):
+                out[i] = OUT_T(one(bits[i]))
+
+        @njit(cache=True, nogil=True, parallel=True)
+        def parallel(bits, out):
+            for i in prange(bits.shape[0]):
+                out[i] = OUT_T(one(bits[i]))
+
+    _KERNELS[key] = (serial, parallel)
+    return serial, parallel
+
+
+def scalar_code32(spec: FloatSpec, mode: int, saturate: bool):
+    """The vectorizable scalar encoder of :func:`make_fast32_kernel`: a Numba function
+    ``uint32 float32-bits -> uint32 code`` (deterministic modes only), for use inside other
+    kernels (the attention kernels encode scores with it)."""
+    if int(mode) not in _FAST_MODES:
+        raise ValueError(f"scalar_code32 needs a deterministic rounding mode, got {mode}")
+    make_fast32_kernel(spec, int(mode), bool(saturate), False)
+    return _KERNELS[("one32", id(spec), int(mode), bool(saturate), False)]
+
+
+def run_kernel(spec: FloatSpec, bits: np.ndarray, out: np.ndarray, mode: int, saturate: bool,
+               seed: int = 0, sr_bits: int = 32, offset: int = 0, generic: bool = False) -> None:
+    """Run the codec on a 1-D contiguous uint32/uint64 ``bits`` array into ``out`` (uint8 codes
+    or float32 values, chosen by ``out.dtype``).
+
+    float32 input with a deterministic mode takes the vectorized fast path unless ``generic``.
+    ``seed`` and ``offset`` are 64-bit (signed or unsigned ints); element ``i`` uses the
+    stochastic counter ``offset + i`` (mod 2**64).
+    """
+    want_value = out.dtype == np.float32
+    big = bits.shape[0] >= PARALLEL_MIN  # below it the serial kernel is used
+    make = make_kernel
+    fast = bits.dtype == np.uint32 and int(mode) in _FAST_MODES and not generic
+    if isinstance(spec, Pow2Spec):
+        make = make_pow2_kernel
+        if fast and spec.bias == 127:
+            serial, parallel = make_pow2_fast32(spec, int(mode), bool(saturate), want_value)
+            (parallel if big else serial)(bits, out.view(np.uint32) if want_value else out)
+            return
+    elif fast:
+        serial, parallel = make_fast32_kernel(spec, int(mode), bool(saturate), want_value)
+        o = out.view(np.uint32) if want_value else out
+        (parallel if big else serial)(bits, o)
+        return
+    serial, parallel = make(spec, bits.dtype == np.uint64, int(mode), bool(saturate), want_value)
+    off = np.uint64(int(offset) & 0xFFFFFFFFFFFFFFFF).view(np.int64)  # wraps like the counter
+    (parallel if big else serial)(bits, out, np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF),
+                                  np.int64(sr_bits), off)
+
+
+# --------------------------------------------------------------------------------------------
+# Exponent-only unsigned formats (E8M0): a codec of their own (no zero, no sign, no subnormals)
+
+
+class Pow2Spec:
+    """Plain-data description of an unsigned exponent-only format (E8M0) for
+    :func:`make_pow2_kernel`: code ``c`` is ``2**(c - bias)`` for ``c <= max_code``; ``nan_code``
+    is NaN; there is no zero, no sign and no Inf.
+
+    Encoding rounds in value space between neighbouring powers of two (the midpoint of
+    ``2**E`` and ``2**(E+1)`` is ``1.5 * 2**E``; ties to the even code, as ml_dtypes'
+    ``float8_e8m0fnu``).  NaN, zero and negative inputs give NaN (there is no code for them);
+    positive values below the smallest power round to it in every mode (no zero to round to);
+    overflow and ``+inf`` give NaN, or the largest power with ``saturate=True`` (overflow also
+    under ``toward_zero`` / ``down``, as IEEE 754 7.4).
+    """
+
+    def __init__(self, *, name, bias, max_code, nan_code, bits=8):
+        self.name = name
+        self.bias = bias
+        self.max_code = max_code
+        self.nan_code = nan_code
+        self.bits = bits
+        self.sign = 0
+        self.max_value = 2.0 ** (max_code - bias)
+
+
+def make_pow2_kernel(spec: Pow2Spec, in64: bool, mode: int, saturate: bool, want_value):
+    """The :func:`make_kernel` of a :class:`Pow2Spec` format (same signature and caching;
+    ``want_value=None`` returns the per-element function ``(code, value)``)."""
+    key = ("pow2", id(spec), in64, mode, saturate, want_value)
+    hit = _KERNELS.get(key)
+    if hit is not None:
+        return hit
+    BIAS, MAXC, NANC = spec.bias, spec.max_code, spec.nan_code
+    MODE, SAT, IN64 = int(mode), bool(saturate), bool(in64)
+    OVF_MAX = SAT or MODE in (RZ, RDOWN)
+    HALF = np.int64(1) << 51
+
+    @njit(inline="always", cache=True)
+    def one(u, seed, idx, sr_bits):
+        if IN64:
+            x = u64_as_f64(u)
+        else:
+            x = np.float64(u32_as_f32(np.uint32(u)))
+        if not x > 0.0:  # NaN, zeros, negatives: no code
+            return NANC, math.nan
+        if x == math.inf:
+            c = MAXC if SAT else NANC
+        else:
+            mm, ee = math.frexp(x)  # exact: x = mm * 2**ee, 0.5 <= mm < 1
+            fl = np.int64(ee) - 1
+            rem = np.int64((mm * 2.0 - 1.0) * 4503599627370496.0)  # 52-bit fraction
+            if MODE == SR:
+                sr_up = sr_round_up(rem, np.int64(52), sr_draw(seed, idx, sr_bits), sr_bits)
+            else:
+                sr_up = False
+            up = round_up(MODE, rem, HALF, ((fl + BIAS) & 1) == 1, False, sr_up)
+            c = fl + BIAS + (1 if up else 0)
+            c = max(c, np.int64(0))
+            if c > MAXC:
+                c = MAXC if OVF_MAX else NANC
+        if c == NANC:
+            return NANC, math.nan
+        return c, math.ldexp(1.0, np.int64(c) - BIAS)
+
+    stable_uuid(one, f"minifloat.pow2.{spec.name}.{int(in64)}.{mode}.{int(saturate)}.{want_value}")
+    if want_value is None:
+        _KERNELS[key] = one
+        return one
+    if want_value:
+
+        @njit(cache=True, nogil=True)
+        def serial(bits, out, seed, sr_bits, offset):
+            for i in range(bits.shape[0]):
+                out[i] = np.float32(one(bits[i], seed, offset + i, sr_bits)[1])
+
+        @njit(cache=True, nogil=True, parallel=True)
+        def parallel(bits, out, seed, sr_bits, offset):
+            for i in prange(bits.shape[0]):
+                out[i] = np.float32(one(bits[i], seed, offset + i, sr_bits)[1])
+    else:
+
+        @njit(cache=True, nogil=True)
+        def serial(bits, out, seed, sr_bits, offset):
+            for i in range(bits.shape[0]):
+                out[i] = np.uint8(one(bits[i], seed, offset + i, sr_bits)[0])
+
+        @njit(cache=True, nogil=True, parallel=True)
+        def parallel(bits, out, seed, sr_bits, offset):
+            for i in prange(bits.shape[0]):
+                out[i] = np.uint8(one(bits[i], seed, offset + i, sr_bits)[0])
+
+    _KERNELS[key] = (serial, parallel)
+    return serial, parallel
+
+
+def make_pow2_fast32(spec: Pow2Spec, mode: int, saturate: bool, want_value: bool):
+    """The float32-input twin of :func:`make_pow2_kernel` for the deterministic modes and
+    bias 127 (E8M0, whose code is float32's biased exponent): 32-bit lanes without branches
+    (vectorized), bit-identical to the generic kernel (tested on every float32 pattern).
+    ``out`` is uint8 (codes) or uint32 (float32 value bits)."""
+    key = ("pow2fast", id(spec), mode, saturate, want_value)
+    hit = _KERNELS.get(key)
+    if hit is not None:
+        return hit
+    U = np.uint32
+    MODE, SAT = int(mode), bool(saturate)
+    MAXC, NANC = U(spec.max_code), U(spec.nan_code)
+    OVF = MAXC if (SAT or MODE in (RZ, RDOWN)) else NANC
+
+    @njit(inline="always", cache=True)
+    def one(u):
+        a = U(u & U(0x7FFFFFFF))
+        ef = shr32(a, U(23))
+        frac = U(a & U(0x7FFFFF))
+        sub = ef == U(0)
+        # normal: between 2**(ef-127) (code ef) and twice it, the fraction decides; float32
+        # subnormals in [2**-127, 2**-126): between codes 0 and 1, by frac - 2**22 of 2**22
+        rem = U(frac - U(0x400000)) if sub else frac
+        half = U(0x200000) if sub else U(0x400000)
+        up = round_up(MODE, rem, half, U(ef & U(1)) != U(0), False, False)
+        up = up & ((not sub) | (frac >= U(0x400000)))
+        c = U(ef + (U(1) if up else U(0)))
+        c = OVF if c > MAXC else c
+        c = (MAXC if SAT else NANC) if a == U(0x7F800000) else c
+        c = NANC if (a > U(0x7F800000) or a == U(0) or (u >> U(31)) != U(0)) else c
+        if want_value:
+            v = U(0x400000) if c == U(0) else shl32(c, U(23))
+            return U(0x7FC00000) if c == NANC else v
+        return c
+
+    stable_uuid(one, f"minifloat.pow2fast.{spec.name}.{mode}.{int(saturate)}.{int(want_value)}")
     if want_value:
 
         @njit(cache=True, nogil=True)
@@ -470,85 +696,339 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
     return serial, parallel
 
 
-def scalar_code32(spec: FloatSpec, mode: int, saturate: bool):
-    """The vectorizable scalar encoder of :func:`make_fast32_kernel`: a Numba function
-    ``uint32 float32-bits -> uint32 code`` (deterministic modes only), for use inside other
-    kernels (the attention kernels encode scores with it)."""
-    if int(mode) not in _FAST_MODES:
-        raise ValueError(f"scalar_code32 needs a deterministic rounding mode, got {mode}")
-    make_fast32_kernel(spec, int(mode), bool(saturate), False)
-    return _KERNELS[("one32", id(spec), int(mode), bool(saturate), False)]
+# --------------------------------------------------------------------------------------------
+# Float format descriptors: one literal per format, everything else derived from it
+
+INF_KINDS = ("ieee", "top", "none")
+NAN_KINDS = ("ieee", "top", "neg_zero", "none")
 
 
-def run_kernel(spec: FloatSpec, bits: np.ndarray, out: np.ndarray, mode: int, saturate: bool,
-               seed: int = 0, sr_bits: int = 32, offset: int = 0, generic: bool = False) -> None:
-    """Run the codec on a 1-D contiguous uint32/uint64 ``bits`` array into ``out`` (uint8 codes
-    or float32 values, chosen by ``out.dtype``).
+@dataclass(frozen=True)
+class FloatDesc:
+    """The one literal that describes a binary float format; :func:`derive` computes its
+    :class:`FloatSpec` (kernel constants), :class:`FormatInfo` and value table.
 
-    float32 input with a deterministic mode takes the vectorized fast path unless ``generic``.
-    ``seed`` and ``offset`` are 64-bit (signed or unsigned ints); element ``i`` uses the
-    stochastic counter ``offset + i`` (mod 2**64).
+    Attributes:
+        name: registry name.
+        exp_bits, man_bits: widths of the exponent and (stored) mantissa fields.
+        bias: exponent bias: a normal code with exponent field ``E`` and fraction ``f`` is
+            ``(1 + f / 2**man_bits) * 2**(E - bias)``; field 0 is subnormal
+            ``f * 2**(1 - bias - man_bits)`` (zero when ``f == 0``).
+        inf: ``"ieee"`` (exponent all ones, fraction 0), ``"top"`` (the largest magnitude code,
+            P3109) or ``"none"``.
+        nan: ``"ieee"`` (exponent all ones, fraction != 0; every such code), ``"top"`` (only the
+            largest magnitude code: OCP E4M3 "fn", E8M0), ``"neg_zero"`` (the -0 code: "fnuz",
+            P3109) or ``"none"`` (OCP FP4/FP6: NaN input writes the -0 code, as ml_dtypes).
+        negative_zero: the -0 code decodes to -0.0 (False: the encoder writes +0 for -0 and the
+            code decodes to +0.0; forced False when ``nan == "neg_zero"``).
+        signed: False only for exponent-only formats without subnormals (E8M0).
+        subnormals: False only for exponent-only unsigned formats (E8M0).
+        default_rounding: the format's own convention.
+        doc: one line for ``FormatInfo.doc``.
     """
-    want_value = out.dtype == np.float32
-    big = bits.shape[0] >= PARALLEL_MIN  # below it the serial kernel is used
-    if bits.dtype == np.uint32 and int(mode) in _FAST_MODES and not generic:
-        serial, parallel = make_fast32_kernel(spec, int(mode), bool(saturate), want_value)
-        o = out.view(np.uint32) if want_value else out
-        (parallel if big else serial)(bits, o)
+
+    name: str
+    exp_bits: int
+    man_bits: int
+    bias: int
+    inf: str = "ieee"
+    nan: str = "ieee"
+    negative_zero: bool = True
+    signed: bool = True
+    subnormals: bool = True
+    default_rounding: Rounding = Rounding.NEAREST_EVEN
+    doc: str = ""
+
+    @property
+    def bits(self) -> int:
+        """Width of one code: sign + exponent + mantissa bits."""
+        return int(self.signed) + self.exp_bits + self.man_bits
+
+    @property
+    def kernel_key(self) -> str:
+        """The parameters as a string (names the compiled kernels in Numba's disk cache)."""
+        return (f"e{self.exp_bits}m{self.man_bits}b{self.bias}.{self.inf}.{self.nan}."
+                f"{int(self.negative_zero)}{int(self.signed)}{int(self.subnormals)}")
+
+
+def _check_int(name: str, v, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {v!r}")
+    if not lo <= int(v) <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {v}")
+    return int(v)
+
+
+def check_desc(d: FloatDesc) -> None:
+    """Raise ValueError/TypeError (with the reason) if ``d`` describes no codec-able format."""
+    if not isinstance(d.name, str) or not d.name.strip():
+        raise TypeError(f"name must be a non-empty string, got {d.name!r}")
+    e = _check_int("exp_bits", d.exp_bits, 1, 8)
+    m = _check_int("man_bits", d.man_bits, 0, 15)
+    _check_int("bias", d.bias, -(1 << 16), 1 << 16)
+    for flag in ("negative_zero", "signed", "subnormals"):
+        if not isinstance(getattr(d, flag), (bool, np.bool_)):
+            raise TypeError(f"{flag} must be True or False, got {getattr(d, flag)!r}")
+    if d.inf not in INF_KINDS:
+        raise ValueError(f"inf {d.inf!r} is not one of {', '.join(INF_KINDS)}")
+    if d.nan not in NAN_KINDS:
+        raise ValueError(f"nan {d.nan!r} is not one of {', '.join(NAN_KINDS)}")
+    if d.bits > 16:
+        raise ValueError(f"a format of {d.bits} bits (sign + {e} + {m}) is wider than the 16 "
+                         "bits lowprec stores per code")
+    if d.inf == "top" and d.nan == "top":
+        raise ValueError("inf='top' and nan='top' both claim the largest code; use nan='ieee' "
+                         "or nan='neg_zero' beside inf='top'")
+    if d.inf == "ieee" and d.nan != "ieee":
+        raise ValueError("inf='ieee' (exponent all ones) needs nan='ieee' for the other codes "
+                         "of that exponent")
+    if d.nan == "ieee" and m == 0:
+        raise ValueError("nan='ieee' needs at least one mantissa bit (NaN = exponent all ones, "
+                         "fraction != 0)")
+    if d.nan == "neg_zero" and not d.signed:
+        raise ValueError("nan='neg_zero' needs a signed format")
+    if d.nan == "neg_zero" and d.negative_zero:
+        raise ValueError("nan='neg_zero' uses the -0 code for NaN: pass negative_zero=False")
+    if not d.signed or not d.subnormals:
+        if d.signed or d.subnormals or m != 0 or d.inf != "none" or d.nan not in ("top", "none"):
+            raise ValueError(
+                "unsigned formats and formats without subnormals are supported as exponent-only "
+                "scale formats like e8m0: signed=False, subnormals=False, man_bits=0, "
+                "inf='none', nan='top'")
+        if d.nan != "top":
+            raise ValueError("an unsigned exponent-only format needs nan='top' (code for NaN, "
+                             "zero and negative inputs)")
+        if -d.bias < -149 or (1 << e) - 2 - d.bias > 127:
+            raise ValueError("the powers of two of an exponent-only format must lie within "
+                             "float32's range [2**-149, 2**127]")
         return
-    serial, parallel = make_kernel(spec, bits.dtype == np.uint64, int(mode), bool(saturate),
-                                   want_value)
-    off = np.uint64(int(offset) & 0xFFFFFFFFFFFFFFFF).view(np.int64)  # wraps like the counter
-    (parallel if big else serial)(bits, out, np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF),
-                                  np.int64(sr_bits), off)
+    top = (1 << (e + m)) - 1
+    max_code = top - (1 << m) if d.inf == "ieee" else top - (d.inf == "top" or d.nan == "top")
+    if max_code < 1:
+        raise ValueError("the description leaves no positive finite value")
+    if 1 - d.bias < -126:
+        raise ValueError(f"the smallest normal 2**{1 - d.bias} is below float32's 2**-126 "
+                         "(bias at most 127)")
+    emax = (max_code >> m) - d.bias
+    if emax > 127:
+        raise ValueError(f"the largest finite value (exponent {emax}) exceeds float32's range")
+
+
+def _magnitude(d: FloatDesc, c: int) -> float:
+    """Value of the positive magnitude code ``c`` (NaN/Inf included)."""
+    e, m = d.exp_bits, d.man_bits
+    top = (1 << (e + m)) - 1
+    if not d.signed:  # exponent-only
+        return math.nan if c == top else 2.0 ** (c - d.bias)
+    ef, f = c >> m, c & ((1 << m) - 1)
+    if d.inf == "ieee" and ef == (1 << e) - 1:
+        return math.inf if f == 0 else math.nan
+    if c == top and d.inf == "top":
+        return math.inf
+    if c == top and d.nan == "top":
+        return math.nan
+    if ef == 0:
+        return f * 2.0 ** (1 - d.bias - m)
+    return (1 + f / (1 << m)) * 2.0 ** (ef - d.bias)
+
+
+def derive(d: FloatDesc):
+    """``(spec, info, values)`` of a float format from its descriptor (validated first)."""
+    check_desc(d)
+    e, m, nb = d.exp_bits, d.man_bits, d.bits
+    sign = (1 << (e + m)) if d.signed else 0
+    ncodes = 1 << nb
+    vals = np.empty(ncodes, dtype=np.float64)
+    for c in range(ncodes):
+        v = _magnitude(d, c & (sign - 1) if sign else c)
+        vals[c] = -v if (c & sign) and sign else v
+    if d.signed:
+        if d.nan == "neg_zero":
+            vals[sign] = math.nan
+        elif not d.negative_zero:
+            vals[sign] = 0.0
+    pos = vals[:sign] if sign else vals
+    finite = [c for c in range(len(pos)) if np.isfinite(pos[c])]
+    max_code = max(finite)
+    inf_pos = [c for c in range(len(pos)) if np.isinf(pos[c])]
+    nan_codes = tuple(int(c) for c in np.flatnonzero(np.isnan(vals)))
+    inf_codes = (inf_pos[0], inf_pos[0] | sign) if inf_pos else ()
+    has_nan = d.nan != "none"
+    if d.nan == "ieee":
+        nan_code = (((1 << e) - 1) << m) | (1 << (m - 1))
+    elif d.nan == "top":
+        nan_code = (1 << (e + m)) - 1
+    else:
+        nan_code = sign  # neg_zero, and the stand-in of formats without NaN
+    max_value = float(pos[max_code])
+    neg_zero = d.signed and d.negative_zero and d.nan != "neg_zero"
+    min_normal = 2.0 ** (1 - d.bias) if d.signed else 2.0 ** -d.bias
+    min_sub = min(float(v) for v in pos if np.isfinite(v) and v > 0)
+    if d.signed:
+        spec = FloatSpec(name=d.kernel_key, e_lo=1 - d.bias, emax=(max_code >> m) - d.bias,
+                         fracmax=max_code & ((1 << m) - 1), m=m, neg_zero=neg_zero,
+                         inf_code=inf_pos[0] if inf_pos else -1, nan_code=nan_code,
+                         nan_signed=d.nan in ("ieee", "top"), max_code=max_code,
+                         max_value=max_value, bits=nb, sign=sign, has_nan=has_nan)
+    else:
+        spec = Pow2Spec(name=d.kernel_key, bias=d.bias, max_code=max_code, nan_code=nan_code,
+                        bits=nb)
+    info = FormatInfo(
+        name=d.name, bits=nb, kind="float", max=max_value, min_normal=min_normal,
+        min_subnormal=min_sub, has_inf=bool(inf_pos), has_nan=has_nan, has_neg_zero=neg_zero,
+        nan_codes=nan_codes, inf_codes=inf_codes, nan_code=nan_code if has_nan else None,
+        max_code=max_code, default_rounding=d.default_rounding,
+        doc=d.doc or f"user format: {d.kernel_key}", extra={"desc": d},
+    )
+    return spec, info, vals.astype(np.float32)
+
+
+def _p3109(p: int) -> FloatDesc:
+    return FloatDesc(f"binary8p{p}", 8 - p, p - 1, 1 << (7 - p), inf="top", nan="neg_zero",
+                     negative_zero=False,
+                     doc=f"IEEE P3109 binary8p{p}: {8 - p} exponent bits, precision {p}, bias "
+                         f"{1 << (7 - p)}; Inf 0x7F/0xFF, NaN 0x80, no -0 (gfloat p3109(8, {p}))")
+
+
+# Every built-in binary float format, one literal each (formats.md 2, design.md "Formats II").
+FLOAT_DESCS = (
+    FloatDesc("e4m3", 4, 3, 7, inf="none", nan="top",
+              doc="OCP FP8 E4M3 (e4m3fn): S.EEEE.MMM, bias 7, no Inf, NaN 0x7F/0xFF "
+                  "(formats.md 2)"),
+    FloatDesc("e5m2", 5, 2, 15,
+              doc="OCP FP8 E5M2: S.EEEEE.MM, bias 15, Inf 0x7C/0xFC, NaN 0x7D-0x7F "
+                  "(formats.md 2)"),
+    FloatDesc("e2m1", 2, 1, 1, inf="none", nan="none",
+              doc="OCP FP4 E2M1: bias 1, max 6, no Inf/NaN (NaN input -> -0 code 0x8)"),
+    FloatDesc("e2m3", 2, 3, 1, inf="none", nan="none",
+              doc="OCP FP6 E2M3: bias 1, max 7.5, no Inf/NaN (NaN input -> -0 code 0x20)"),
+    FloatDesc("e3m2", 3, 2, 3, inf="none", nan="none",
+              doc="OCP FP6 E3M2: bias 3, max 28, no Inf/NaN (NaN input -> -0 code 0x20)"),
+    # e8m0 rounds ties up by default (nearest_away), as ml_dtypes float8_e8m0fnu and torch
+    FloatDesc("e8m0", 8, 0, 127, inf="none", nan="top", negative_zero=False, signed=False,
+              subnormals=False, default_rounding=Rounding.NEAREST_AWAY,
+              doc="OCP MX scale E8M0: unsigned powers of two 2^-127..2^127, NaN 0xFF, no zero; "
+                  "default rounding nearest_away (ties up, as ml_dtypes and torch)"),
+    FloatDesc("e4m3fnuz", 4, 3, 8, inf="none", nan="neg_zero", negative_zero=False,
+              doc="E4M3 FNUZ (AMD MI300): bias 8, max 240, NaN 0x80, no Inf, no -0"),
+    FloatDesc("e5m2fnuz", 5, 2, 16, inf="none", nan="neg_zero", negative_zero=False,
+              doc="E5M2 FNUZ (AMD MI300): bias 16, max 57344, NaN 0x80, no Inf, no -0"),
+    FloatDesc("e4m3_ieee", 4, 3, 7,
+              doc="IEEE-style E4M3 with Inf (ml_dtypes float8_e4m3): bias 7, max 240"),
+    FloatDesc("e3m4", 3, 4, 3,
+              doc="IEEE-style E3M4 (ml_dtypes float8_e3m4): bias 3, max 15.5, Inf, NaN"),
+    *(_p3109(p) for p in range(1, 8)),
+    FloatDesc("bfloat16", 8, 7, 127, doc="bfloat16: IEEE-style, bias 127 (a rounding target)"),
+    FloatDesc("float16", 5, 10, 15, doc="IEEE binary16 (a rounding target)"),
+)
+
+
+SPECS: dict = {}  # name -> FloatSpec / Pow2Spec of every format registered here
+
+
+def register_desc(d: FloatDesc) -> Format:
+    """Derive and register the format of descriptor ``d``; returns its :class:`Format`."""
+    spec, info, vals = derive(d)
+    f = Format(info, vals, spec)
+    SPECS[d.name] = spec
+    _register(f)
+    return f
+
+
+for _d in FLOAT_DESCS:
+    register_desc(_d)
+
+E4M3_SPEC, E5M2_SPEC = SPECS["e4m3"], SPECS["e5m2"]
+E4M3_INFO = get_format("e4m3").info
+E5M2_INFO = get_format("e5m2").info
+E4M3_VALUES = get_format("e4m3").values()
+E5M2_VALUES = get_format("e5m2").values()
 
 
 # --------------------------------------------------------------------------------------------
-# E4M3 and E5M2
+# User-described formats
+
+_NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789_")
 
 
-def _ocp_values(ebits: int, mbits: int, bias: int, e4m3fn: bool) -> np.ndarray:
-    """Float32 value of each of the 256 codes of an OCP FP8 format (formats.md 2.1)."""
-    vals = np.empty(256, dtype=np.float64)
-    emask = (1 << ebits) - 1
-    for c in range(256):
-        s = -1.0 if c & 0x80 else 1.0
-        e = (c >> mbits) & emask
-        f = c & ((1 << mbits) - 1)
-        if e4m3fn and e == emask and f == (1 << mbits) - 1:
-            vals[c] = math.nan
-        elif not e4m3fn and e == emask:
-            vals[c] = s * math.inf if f == 0 else math.nan
-        elif e == 0:
-            vals[c] = s * f * 2.0 ** (1 - bias - mbits)
-        else:
-            vals[c] = s * (1 + f / (1 << mbits)) * 2.0 ** (e - bias)
-    return vals.astype(np.float32)
+def float_format(exp_bits: int, man_bits: int, *, bias: int | None = None, inf: str = "ieee",
+                 nan: str = "ieee", negative_zero: bool | None = None, signed: bool = True,
+                 subnormals: bool = True, name: str | None = None,
+                 default_rounding: str | Rounding = "nearest_even") -> Format:
+    """Describe a binary float format and register it: every codec (:func:`lowprec.encode`,
+    ``decode``, ``quantize``, every rounding mode and ``saturate``, CPU and CUDA), the model
+    hooks (``lowprec.emulate(activations=..., weights=...)``) and ``lowprec formats`` accept
+    its name, and it compiles to the same Numba kernels as the built-in formats (once per
+    description; the compiled code is cached on disk under a key made of the parameters).
 
+    Args:
+        exp_bits: exponent field width, 1..8.
+        man_bits: stored mantissa width, 0..15 (sign + exponent + mantissa <= 16 bits; codes
+            are uint8 up to 8 bits, uint16 above).
+        bias: exponent bias (default IEEE ``2**(exp_bits-1) - 1``).  The smallest normal
+            ``2**(1-bias)`` must be >= 2**-126 and the largest finite value < 2**128, so that
+            every value is a float32.
+        inf: ``"ieee"`` (exponent all ones, fraction 0), ``"top"`` (the largest magnitude code,
+            as P3109) or ``"none"``.
+        nan: ``"ieee"`` (exponent all ones, fraction != 0), ``"top"`` (only the largest
+            magnitude code, as OCP E4M3 "fn"), ``"neg_zero"`` (the -0 code, as "fnuz" and
+            P3109) or ``"none"`` (no NaN: NaN input writes the -0 code, overflow saturates).
+        negative_zero: whether the -0 code means -0.0 (default: True unless ``nan ==
+            "neg_zero"``).
+        signed, subnormals: False (both) only for exponent-only scale formats like E8M0
+            (``man_bits=0``, ``inf="none"``, ``nan="top"``).
+        name: registry name (lower case letters, digits, ``_``); default
+            ``"e{exp_bits}m{man_bits}_b{bias}_inf{inf}_nan{nan}"``.
+        default_rounding: the rounding used when a call passes none.
 
-E4M3_SPEC = FloatSpec(name="e4m3", e_lo=-6, emax=8, fracmax=6, m=3, neg_zero=True, inf_code=-1,
-                      nan_code=0x7F, nan_signed=True, max_code=0x7E, max_value=E4M3_MAX)
-E5M2_SPEC = FloatSpec(name="e5m2", e_lo=-14, emax=15, fracmax=3, m=2, neg_zero=True, inf_code=0x7C,
-                      nan_code=0x7E, nan_signed=True, max_code=0x7B, max_value=E5M2_MAX)
+    Returns:
+        The registered :class:`Format` (calling again with the same description and name
+        returns the same format).
 
-E4M3_VALUES = _ocp_values(4, 3, 7, True)
-E5M2_VALUES = _ocp_values(5, 2, 15, False)
+    Raises:
+        ValueError / TypeError: an impossible description (the message says why), or a name
+        already used by another format.
 
-E4M3_INFO = FormatInfo(
-    name="e4m3", bits=8, kind="float", max=E4M3_MAX, min_normal=2.0**-6, min_subnormal=2.0**-9,
-    has_inf=False, has_nan=True, has_neg_zero=True, nan_codes=(0x7F, 0xFF), inf_codes=(),
-    nan_code=0x7F, max_code=0x7E, default_rounding=Rounding.NEAREST_EVEN,
-    doc="OCP FP8 E4M3 (e4m3fn): S.EEEE.MMM, bias 7, no Inf, NaN 0x7F/0xFF (formats.md 2)",
-)
-E5M2_INFO = FormatInfo(
-    name="e5m2", bits=8, kind="float", max=E5M2_MAX, min_normal=2.0**-14, min_subnormal=2.0**-16,
-    has_inf=True, has_nan=True, has_neg_zero=True,
-    nan_codes=(0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF), inf_codes=(0x7C, 0xFC),
-    nan_code=0x7E, max_code=0x7B, default_rounding=Rounding.NEAREST_EVEN,
-    doc="OCP FP8 E5M2: S.EEEEE.MM, bias 15, Inf 0x7C/0xFC, NaN 0x7D-0x7F (formats.md 2)",
-)
+    Example:
+        >>> f = lp.float_format(4, 3, bias=7, inf="none", nan="top", name="my_e4m3")
+        >>> f.info.max
+        448.0
+        >>> int(lp.encode(np.float32(500.0), "my_e4m3", saturate=True))
+        126
+    """
+    from .core import _ALIASES, _REGISTRY, _USER, parse_rounding
 
-SPECS = {"e4m3": E4M3_SPEC, "e5m2": E5M2_SPEC}
-
-_register(Format(E4M3_INFO, E4M3_VALUES))
-_register(Format(E5M2_INFO, E5M2_VALUES))
+    e = _check_int("exp_bits", exp_bits, 1, 8)
+    m = _check_int("man_bits", man_bits, 0, 15)
+    b = (1 << (e - 1)) - 1 if bias is None else _check_int("bias", bias, -(1 << 16), 1 << 16)
+    if negative_zero is None:
+        negative_zero = nan != "neg_zero" and bool(signed)
+    if name is None:
+        name = f"e{e}m{m}_b{b}_inf{inf}_nan{nan}" + ("" if negative_zero or nan == "neg_zero"
+                                                      else "_nonegzero")
+    if not isinstance(name, str) or not name or not set(name) <= _NAME_OK:
+        raise ValueError(f"name must be lower case letters, digits and '_', got {name!r}")
+    d = FloatDesc(name, e, m, b, inf=inf, nan=nan, negative_zero=negative_zero, signed=signed,
+                  subnormals=subnormals, default_rounding=parse_rounding(default_rounding),
+                  doc="")
+    check_desc(d)
+    if d.default_rounding == Rounding.HYBRID:
+        raise ValueError("hybrid rounding exists only for hif8")
+    old = _REGISTRY.get(name)
+    if old is None and name in _ALIASES:
+        raise ValueError(f"name {name!r} is an alias of the built-in format {_ALIASES[name]!r}")
+    if old is not None:
+        od = old.info.extra.get("desc")
+        if name in _USER and od is not None and replace(od, doc="") == d:
+            return old
+        raise ValueError(f"format name {name!r} is taken ({old.info.doc}); pass another name=")
+    d = FloatDesc(name, e, m, b, inf=inf, nan=nan, negative_zero=negative_zero, signed=signed,
+                  subnormals=subnormals, default_rounding=d.default_rounding,
+                  doc=f"user format (lowprec.float_format): {d.kernel_key}")
+    spec, info, vals = derive(d)
+    spec.name = "user." + spec.name  # own compiled kernels, cached on disk by the parameters
+    f = Format(info, vals, spec)
+    SPECS[name] = spec
+    _register(f)
+    _USER.append(name)
+    return f

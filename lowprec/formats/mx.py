@@ -41,15 +41,7 @@ from . import _arrays as A
 from ._bits import f64_as_u64
 from ._jit import jit
 from .core import Format, FormatInfo, QuantizedArray, Rounding, _register, parse_rounding
-from .minifloat import (
-    E4M3_INFO,
-    E4M3_SPEC,
-    E4M3_VALUES,
-    E5M2_INFO,
-    E5M2_SPEC,
-    E5M2_VALUES,
-    make_kernel,
-)
+from .minifloat import FloatSpec, get_format, make_kernel
 from .rounding import HYBRID, SR, SR_BITS_DEFAULT, check_offset, check_seed, check_sr_bits
 
 BLOCK_SIZE_DEFAULT = 32  # OCP MX 5.2
@@ -60,11 +52,35 @@ SCALE_EXP_MAX = 127
 SCALE_MODES = ("floor", "rceil", "ceil", "even")
 NONFINITE = ("nan", "saturate")
 
-# element format: (spec, info, values, emax_elem, mantissa bits)
-_ELEM = {
-    "mxfp8_e4m3": (E4M3_SPEC, E4M3_INFO, E4M3_VALUES, 8, 3),
-    "mxfp8_e5m2": (E5M2_SPEC, E5M2_INFO, E5M2_VALUES, 15, 2),
-}
+# MXINT8 elements (OCP MX 5.3.3): int8 two's complement with an implicit scale 2**-6.  The
+# magnitudes k/64, k = 0..127, are a uniform "float" grid with one binade (E = 0, 6 mantissa
+# bits) and its gradual underflow below 1, so the float codec rounds them in every mode; the
+# block kernel turns the sign-magnitude code into two's complement.  The range is symmetric,
+# [-127/64, 127/64]: -2 (0x80) is never written (as microxcaling; it decodes to -2.0).
+MXINT8_ELEM_SPEC = FloatSpec(name="mxint8_elem", e_lo=0, emax=0, fracmax=63, m=6,
+                             neg_zero=False, inf_code=-1, nan_code=0, nan_signed=False,
+                             max_code=127, max_value=127 / 64, has_nan=False)
+MXINT8_VALUES = (np.arange(256, dtype=np.int64).astype(np.uint8).view(np.int8)
+                 .astype(np.float32) / np.float32(64.0))
+
+
+def _elem(fmt_name: str, elem: str):
+    """``(spec, info, values, emax_elem, mantissa bits, is_int)`` of an MX element format."""
+    if elem == "int8":
+        info = FormatInfo(
+            name="mxint8_elem", bits=8, kind="int", max=127 / 64, min_normal=1.0,
+            min_subnormal=1 / 64, has_inf=False, has_nan=False, has_neg_zero=False,
+            nan_codes=(), inf_codes=(), nan_code=None, max_code=127,
+            default_rounding=Rounding.NEAREST_EVEN)
+        return MXINT8_ELEM_SPEC, info, MXINT8_VALUES, 0, 6, True
+    f = get_format(elem)
+    return f.spec, f.info, f.values(), f.spec.emax, f.spec.m, False
+
+
+# block format -> element format (OCP MX 5.3, Table 1)
+MX_ELEMENTS = {"mxfp8_e4m3": "e4m3", "mxfp8_e5m2": "e5m2", "mxfp6_e3m2": "e3m2",
+               "mxfp6_e2m3": "e2m3", "mxfp4": "e2m1", "mxint8": "int8"}
+_ELEM = {name: _elem(name, el) for name, el in MX_ELEMENTS.items()}
 
 
 @jit(inline="always")
@@ -112,9 +128,11 @@ def max_frac52(max_value: float) -> int:
 
 
 def _make_block_kernel(fmt_name: str, mode: int):
-    spec, _info, _vals, emax_elem, mbits = _ELEM[fmt_name]
+    spec, _info, _vals, emax_elem, mbits, is_int = _ELEM[fmt_name]
     one = make_kernel(spec, True, mode, True, None)
     NAN_CODE = spec.nan_code
+    SIGN = spec.sign
+    IS_INT = is_int
     EMAX_ELEM = emax_elem
     MBITS = mbits
     MAXFRAC = max_frac52(spec.max_value)
@@ -141,7 +159,7 @@ def _make_block_kernel(fmt_name: str, mode: int):
                 if has_nan or (has_inf and not sat_inf):
                     scales[r, b] = E8M0_NAN
                     for i in range(lo, hi):
-                        codes[r, i] = NAN_CODE | (0x80 if np.signbit(x[r, i]) else 0)
+                        codes[r, i] = NAN_CODE | (SIGN if np.signbit(x[r, i]) else 0)
                     continue
                 if has_inf:
                     e = SCALE_EXP_MAX
@@ -155,7 +173,10 @@ def _make_block_kernel(fmt_name: str, mode: int):
                 for i in range(lo, hi):
                     y = x[r, i] * inv  # exact: power-of-two scaling in float64
                     idx = offset + r * n + i  # int64, wraps like the uint64 counter
-                    codes[r, i] = np.uint8(one(f64_as_u64(y), seed, idx, sr_bits)[0])
+                    c = one(f64_as_u64(y), seed, idx, sr_bits)[0]
+                    if IS_INT:  # sign-magnitude -> two's complement
+                        c = ((-(c & 0x7F)) & 0xFF) if c & 0x80 else c
+                    codes[r, i] = np.uint8(c)
 
     return kernel
 
@@ -342,15 +363,21 @@ def quantize(x, f: Format, *, out=None, **kwargs):
 
 
 def _info(name: str) -> FormatInfo:
-    spec, einfo, _vals, _emax, _m = _ELEM[name]
+    spec, einfo, _vals, _emax, _m, _int = _ELEM[name]
+    el = MX_ELEMENTS[name]
+    doc = (f"OCP MX {einfo.name.upper()} elements, E8M0 scale per {BLOCK_SIZE_DEFAULT} "
+           "(formats.md 3); values() are unscaled element values")
+    if name not in ("mxfp8_e4m3", "mxfp8_e5m2"):
+        doc = (f"OCP MX {name.upper()}: {el} elements (one per uint8 code), E8M0 scale per "
+               f"{BLOCK_SIZE_DEFAULT} (design.md Formats II); values() are unscaled element "
+               "values")
     return FormatInfo(
-        name=name, bits=8, kind="mx", max=einfo.max, min_normal=einfo.min_normal,
+        name=name, bits=einfo.bits, kind="mx", max=einfo.max, min_normal=einfo.min_normal,
         min_subnormal=einfo.min_subnormal, has_inf=False, has_nan=True,
-        has_neg_zero=True, nan_codes=einfo.nan_codes, inf_codes=(), nan_code=einfo.nan_code,
+        has_neg_zero=einfo.has_neg_zero, nan_codes=einfo.nan_codes, inf_codes=(),
+        nan_code=einfo.nan_code,
         max_code=einfo.max_code, default_rounding=Rounding.NEAREST_EVEN, scaled=True,
-        element=einfo.name, block_size=BLOCK_SIZE_DEFAULT,
-        doc=f"OCP MX {einfo.name.upper()} elements, E8M0 scale per {BLOCK_SIZE_DEFAULT} "
-            "(formats.md 3); values() are unscaled element values",
+        element=el, block_size=BLOCK_SIZE_DEFAULT, doc=doc,
         extra={"scale_range": (2.0**SCALE_EXP_MIN, 2.0**SCALE_EXP_MAX)},
     )
 

@@ -18,16 +18,17 @@ from ..formats import mx as _mx
 from ..formats.hif8 import HIF8_SPEC
 from ..formats.minifloat import SPECS
 
-FLOAT_SPECS = {"hif8": HIF8_SPEC, **SPECS}
+FLOAT_SPECS = {"hif8": HIF8_SPEC, **SPECS}  # (every float Format also carries its spec)
 
 
 def float_codec(x: torch.Tensor, out: torch.Tensor, fmt: str, mode: int, saturate: bool,
                 seed: int, sr_bits: int, offset: int) -> None:
     """Codes (uint8 ``out``) or values (float32 ``out``) of ``x`` into the contiguous ``out``
     of ``x``'s shape (``api._float_codec`` + ``minifloat.run_kernel``)."""
+    from ..formats.core import get_format
     from .minifloat import run_kernel
 
-    run_kernel(FLOAT_SPECS[fmt], x.contiguous().reshape(-1), out.view(-1), mode, saturate,
+    run_kernel(get_format(fmt).spec, x.contiguous().reshape(-1), out.view(-1), mode, saturate,
                seed, sr_bits, offset)
 
 
@@ -36,7 +37,8 @@ def float_decode(codes: torch.Tensor, out: torch.Tensor, fmt: str) -> None:
     from ..formats.core import get_format
     from .minifloat import lookup
 
-    lookup(codes.contiguous().reshape(-1).view(torch.uint8), get_format(fmt).values(),
+    c = codes.contiguous().reshape(-1)
+    lookup(c if c.dtype == torch.uint16 else c.view(torch.uint8), get_format(fmt).values(),
            out.view(-1))
 
 
@@ -102,11 +104,11 @@ def int_scales(flat: torch.Tensor, lay, fmt: str, symmetric: bool, qmin: int, qm
     s32 = None if scale is None else scale.reshape(-1).to(torch.float32).contiguous()
     if symmetric:
         if s32 is None:
-            s32, _ = _gpu_int().data_scales(flat, lay, True, fmt == "uint8", qmin, qmax)
+            s32, _ = _gpu_int().data_scales(flat, lay, True, fmt in ("uint8", "uint4"), qmin, qmax)
         return s32, None
     if zero_point is not None:
         return s32, zero_point.reshape(-1).to(torch.int32).contiguous()
-    return _gpu_int().data_scales(flat, lay, False, fmt == "uint8", qmin, qmax, s32)
+    return _gpu_int().data_scales(flat, lay, False, fmt in ("uint8", "uint4"), qmin, qmax, s32)
 
 
 def _gpu_int():
@@ -132,7 +134,7 @@ def int_codec(x: torch.Tensor, fmt: str, granularity: str, axis, block_size, sym
         return out
     codes = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
     gi.run_rows(flat, s32, zp, lay, codes.view(-1), mode, seed, sr_bits, offset, qmin, qmax)
-    if fmt == "int8":
+    if fmt in ("int8", "int4"):
         codes = codes.view(torch.int8)
     scales = s32.reshape(lay.scale_shape)
     zps = zp.reshape(lay.scale_shape) if zp is not None else None
@@ -152,7 +154,7 @@ def int_decode(codes: torch.Tensor, scales: torch.Tensor, zps, lay, fmt: str) ->
         lay.scale_shape = shape
     s = scales.to(torch.float32).expand(lay.scale_shape).contiguous().reshape(-1)
     z = None if zps is None else zps.to(torch.int32).expand(lay.scale_shape).contiguous()
-    qmin, qmax = (INT8_MIN, INT8_MAX) if fmt == "int8" else (UINT8_MIN, UINT8_MAX)
+    qmin, qmax = (INT8_MIN, INT8_MAX) if fmt in ("int8", "int4") else (UINT8_MIN, UINT8_MAX)
     out = torch.empty(shape, dtype=torch.float32, device=codes.device)
     _gpu_int().run_decode(codes.contiguous().reshape(-1), s, None if z is None else
                           z.reshape(-1), lay, out.view(-1), qmin, qmax)

@@ -205,12 +205,10 @@ def data_scales(flat, lay, symmetric: bool, uint8: bool, qmin: int, qmax: int, s
     the asymmetric zero points come from the data)."""
     import torch
 
-    from ..formats.integer import INT8_MAX, UINT8_MAX
-
     lo, hi = group_minmax(flat, lay)
     if symmetric:
         amax = torch.maximum(-lo, hi)
-        s = _to_f32_scale(amax / (UINT8_MAX if uint8 else INT8_MAX))
+        s = _to_f32_scale(amax / qmax)  # 127 / 255 (int8 / uint8), 7 / 15 (int4 / uint4)
         return torch.where(amax == 0, torch.ones_like(s), s), None
     if s32 is None:
         s = _to_f32_scale((hi - lo) / (qmax - qmin))

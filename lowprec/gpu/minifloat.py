@@ -36,7 +36,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..formats.minifloat import _FAST_MODES, codec_constants
+from ..formats.minifloat import _FAST_MODES, Pow2Spec, codec_constants
 from ._bits import IN_16, IN_F32, IN_F64, float_bits32
 from .hif8 import _code_of_bits32
 from .rounding import HYBRID, RNA, SR, round_up, sr_draw, sr_draw32, sr_round_up, sr_round_up32
@@ -63,7 +63,8 @@ def taper_width(ae, M_MAX: tl.constexpr, T0: tl.constexpr, T1: tl.constexpr,
 @triton.jit
 def finish_code(code, ovf, big, neg, nan_in, MAX_CODE: tl.constexpr, OVF_CODE: tl.constexpr,
                 SAT: tl.constexpr, OVF_MAX_POS: tl.constexpr, OVF_MAX_NEG: tl.constexpr,
-                NEG_ZERO: tl.constexpr, NAN_CODE: tl.constexpr, NAN_SIGNED: tl.constexpr):
+                NEG_ZERO: tl.constexpr, NAN_CODE: tl.constexpr, NAN_SIGNED: tl.constexpr,
+                SIGN: tl.constexpr = 0x80):
     """The special cases that end both codecs' code paths (``make_kernel.one`` and
     ``make_fast32_kernel.one`` write them inline): overflow (to +-max or the Inf/NaN code, by
     sign and mode), +-Inf input, the sign bit (none on a zero without -0), NaN input; uint32."""
@@ -93,7 +94,7 @@ def one(u, seed, idx, sr_bits, mtab_ptr, btab_ptr,
         MAX_CODE: tl.constexpr, OVF_CODE: tl.constexpr, MODE: tl.constexpr, SAT: tl.constexpr,
         OVF_MAX_POS: tl.constexpr, OVF_MAX_NEG: tl.constexpr, MAXBITS: tl.constexpr,
         INF_BITS32: tl.constexpr, NAN_BITS32: tl.constexpr, LOSCALE_BITS: tl.constexpr,
-        WANT_VALUE: tl.constexpr):
+        WANT_VALUE: tl.constexpr, SIGN: tl.constexpr = 0x80):
     """The generic codec of one lane (``make_kernel.one``): ``u`` holds float32 (uint32) or
     float64 (uint64) bits; returns the uint32 code, or the uint32 bits of the float32 value.
 
@@ -148,7 +149,10 @@ def one(u, seed, idx, sr_bits, mtab_ptr, btab_ptr,
         # ties-to-even looks at the parity of the lower neighbour's code; in a binade without
         # mantissa bits (HiF8 DML) that is the parity of the binade's own code
         if UNIFORM:
-            npar = n
+            if M_U > 0:
+                npar = n
+            else:  # no mantissa bits: the code's parity is the exponent's
+                npar = tl.where(e < E_LO, n, (et - E_LO) + n)
         else:
             base = tl.load(btab_ptr + (tl.minimum(et, EMAX + 1) - E_LO)).to(a.dtype)
             npar = tl.where((m > 0) | (e < E_LO), n, base)
@@ -182,7 +186,7 @@ def one(u, seed, idx, sr_bits, mtab_ptr, btab_ptr,
         bcode = tl.load(btab_ptr + (tl.minimum(efin, EMAX + 1) - E_LO)).to(a.dtype)
         code = tl.where(low, n, bcode + fr)
     return finish_code(code.to(tl.uint32), ovf, big, neg, a > INF_BITS, MAX_CODE, OVF_CODE,
-                       SAT, OVF_MAX_POS, OVF_MAX_NEG, NEG_ZERO, NAN_CODE, NAN_SIGNED)
+                       SAT, OVF_MAX_POS, OVF_MAX_NEG, NEG_ZERO, NAN_CODE, NAN_SIGNED, SIGN)
 
 
 @triton.jit
@@ -193,7 +197,8 @@ def one_fast32(u, E_LO: tl.constexpr, M_MAX: tl.constexpr, T0: tl.constexpr,
                MAX_CODE: tl.constexpr, OVF_CODE: tl.constexpr, MODE: tl.constexpr,
                SAT: tl.constexpr, OVF_MAX_POS: tl.constexpr, OVF_MAX_NEG: tl.constexpr,
                INF_BITS32: tl.constexpr, NAN_BITS32: tl.constexpr,
-               LOSCALE_BITS: tl.constexpr, WANT_VALUE: tl.constexpr):
+               LOSCALE_BITS: tl.constexpr, WANT_VALUE: tl.constexpr,
+               SIGN: tl.constexpr = 0x80, PAR_FLIP: tl.constexpr = False):
     """The float32 fast path of one lane (``make_fast32_kernel.one``): uint32 bits in, the
     uint32 code or the uint32 bits of the float32 value out; deterministic modes only."""
     a = u & 0x7FFFFFFF
@@ -216,7 +221,11 @@ def one_fast32(u, E_LO: tl.constexpr, M_MAX: tl.constexpr, T0: tl.constexpr,
     else:
         n = src >> ush
         rem = src & ((tl.full(ush.shape, 1, tl.uint32) << ush) - 1)
-        up = round_up(MODE, rem, half, (n & 1) != 0, neg, False)
+        if PAR_FLIP:  # no mantissa bits and an odd code offset: the code's parity
+            odd = ((n + tl.where(low, 0, 1).to(tl.uint32)) & 1) != 0
+        else:
+            odd = (n & 1) != 0
+        up = round_up(MODE, rem, half, odd, neg, False)
         r = n + tl.where(up, 1, 0).to(tl.uint32)
     vb = r << ush  # not low: the float32 bits of the rounded magnitude (carry included)
     ovf = (vb > MAXBITS) & (~low)
@@ -239,17 +248,18 @@ def one_fast32(u, E_LO: tl.constexpr, M_MAX: tl.constexpr, T0: tl.constexpr,
     else:
         code = tl.where(low, r, _code_of_bits32(vb))
     return finish_code(code, ovf, big, neg, a > 0x7F800000, MAX_CODE, OVF_CODE, SAT,
-                       OVF_MAX_POS, OVF_MAX_NEG, NEG_ZERO, NAN_CODE, NAN_SIGNED)
+                       OVF_MAX_POS, OVF_MAX_NEG, NEG_ZERO, NAN_CODE, NAN_SIGNED, SIGN)
 
 
 @triton.jit
 def one_rne(u, MAX_CODE: tl.constexpr, OFF: tl.constexpr, RNE_HALF_M1: tl.constexpr,
             RNE_MINNORM: tl.constexpr, RNE_CB: tl.constexpr, RNE_OVF: tl.constexpr,
-            RNE_NAN: tl.constexpr, RNE_S0: tl.constexpr):
+            RNE_NAN: tl.constexpr, RNE_S0: tl.constexpr, SIGN: tl.constexpr = 0x80,
+            SGN_SH: tl.constexpr = 24):
     """Ties-to-even codes of a uniform format (``make_fast32_kernel.one_rne``): integer RNE on
     the float32 bits in the normal range, the FPU's own RNE in ``|x| + C`` below it."""
     a = u & 0x7FFFFFFF
-    sgn = (u >> 24) & 0x80
+    sgn = (u >> SGN_SH) & SIGN
     lsb = (a >> RNE_S0) & 1
     cn = ((a + RNE_HALF_M1 + lsb) >> RNE_S0) - OFF
     cf = tl.full(a.shape, RNE_CB, tl.uint32).to(tl.float32, bitcast=True)
@@ -264,11 +274,12 @@ def one_rne(u, MAX_CODE: tl.constexpr, OFF: tl.constexpr, RNE_HALF_M1: tl.conste
 def one_rna(u, M_MAX: tl.constexpr, T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr,
             NEG_ZERO: tl.constexpr, NAN_CODE: tl.constexpr, NAN_SIGNED: tl.constexpr,
             RNA_LO: tl.constexpr, RNA_MINNORM: tl.constexpr, RNA_LO_CODE: tl.constexpr,
-            RNA_OVF_BITS: tl.constexpr, RNA_OVF: tl.constexpr):
+            RNA_OVF_BITS: tl.constexpr, RNA_OVF: tl.constexpr, SIGN: tl.constexpr = 0x80,
+            SGN_SH: tl.constexpr = 24):
     """Ties-away codes of HiF8 (``make_fast32_kernel.one_rna``): ``|x| + half(E)`` on the
     float32 bits, the code read from the sum."""
     a = (u & 0x7FFFFFFF).to(tl.int32, bitcast=True)
-    sgn = (u >> 24) & 0x80
+    sgn = (u >> SGN_SH) & SIGN
     e = (a >> 23) - 127
     m = taper_width(tl.maximum(e, -e), M_MAX, T0, T1, T2)
     r = a.to(tl.uint32, bitcast=True) + ((1 << 22) >> m.to(tl.uint32))  # + half: ties away
@@ -305,7 +316,10 @@ def _codec_kernel(x_ptr, out_ptr, mtab_ptr, btab_ptr, n, seed_lo, seed_hi, off_l
                   RNE_OVF: tl.constexpr, RNE_NAN: tl.constexpr, RNE_S0: tl.constexpr,
                   RNA_OK: tl.constexpr, RNA_LO: tl.constexpr, RNA_MINNORM: tl.constexpr,
                   RNA_LO_CODE: tl.constexpr, RNA_OVF_BITS: tl.constexpr, RNA_OVF: tl.constexpr,
-                  WANT_VALUE: tl.constexpr, BLOCK: tl.constexpr):
+                  WANT_VALUE: tl.constexpr, BLOCK: tl.constexpr, SIGN: tl.constexpr = 0x80,
+                  SGN_SH: tl.constexpr = 24, HAS_NAN: tl.constexpr = True,
+                  PAR_FLIP: tl.constexpr = False, RNE_OK: tl.constexpr = True,
+                  OUT16: tl.constexpr = False):
     """``out[i] = codec(x[i])`` for ``i < n`` (the ``serial``/``parallel`` loops of the Numba
     kernels): codes (uint8) or float32 values.  ``x`` is float32, float16, bfloat16 (widened,
     exact) or float64; the stochastic counter of element ``i`` is ``offset + i`` with
@@ -332,26 +346,102 @@ def _codec_kernel(x_ptr, out_ptr, mtab_ptr, btab_ptr, n, seed_lo, seed_hi, off_l
                 INF_BITS, E_LO, EMAX, FRACMAX, UNIFORM, M_U, Q_LO, M_MAX, T0, T1, T2,
                 NEG_ZERO, NAN_CODE,
                 NAN_SIGNED, MAX_CODE, OVF_CODE, MODE, SAT, OVF_MAX_POS, OVF_MAX_NEG, MAXBITS,
-                INF_BITS32, NAN_BITS32, LOSCALE_BITS, WANT_VALUE)
+                INF_BITS32, NAN_BITS32, LOSCALE_BITS, WANT_VALUE, SIGN)
     elif PATH == 1:
         r = one_fast32(u, E_LO, M_MAX, T0, T1, T2, UNIFORM, SH_LO_BASE, OFF, MAXBITS,
                        NEG_ZERO, NAN_CODE, NAN_SIGNED, MAX_CODE, OVF_CODE, MODE, SAT,
                        OVF_MAX_POS, OVF_MAX_NEG, INF_BITS32, NAN_BITS32, LOSCALE_BITS,
-                       WANT_VALUE)
+                       WANT_VALUE, SIGN, PAR_FLIP)
     elif PATH == 2:
         r = one_rne(u, MAX_CODE, OFF, RNE_HALF_M1, RNE_MINNORM, RNE_CB, RNE_OVF, RNE_NAN,
-                    RNE_S0)
+                    RNE_S0, SIGN, SGN_SH)
     else:
         r = one_rna(u, M_MAX, T0, T1, T2, NEG_ZERO, NAN_CODE, NAN_SIGNED, RNA_LO,
-                    RNA_MINNORM, RNA_LO_CODE, RNA_OVF_BITS, RNA_OVF)
+                    RNA_MINNORM, RNA_LO_CODE, RNA_OVF_BITS, RNA_OVF, SIGN, SGN_SH)
     if WANT_VALUE:
         res = r.to(tl.float32, bitcast=True)
+    elif OUT16:
+        res = r.to(tl.uint16)
     else:
         res = r.to(tl.uint8)
     if full:
         tl.store(out_ptr + offs, res)
     else:
         tl.store(out_ptr + offs, res, mask=offs < n)
+
+
+@triton.jit(do_not_specialize=["n", "seed_lo", "seed_hi", "off_lo", "off_hi", "sr_bits", "bf16"])
+def _pow2_kernel(x_ptr, out_ptr, n, seed_lo, seed_hi, off_lo, off_hi, sr_bits, bf16,
+                 IN_KIND: tl.constexpr, BIAS: tl.constexpr, MAXC: tl.constexpr,
+                 NANC: tl.constexpr, MODE: tl.constexpr, SAT: tl.constexpr,
+                 OVF_MAX: tl.constexpr, WANT_VALUE: tl.constexpr, BLOCK: tl.constexpr):
+    """E8M0-like formats (``minifloat.make_pow2_kernel``, line for line): the input is
+    widened to float64 (exact; float32 subnormals become normal), whose exponent and 52-bit
+    fraction give ``floor(log2 x)`` and the rounding decision between neighbouring powers."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0)
+    if IN_KIND == 1:
+        u = x.to(tl.uint64, bitcast=True)
+    else:
+        u = float_bits32(x, IN_KIND, bf16).to(tl.float32, bitcast=True).to(tl.float64)
+        u = u.to(tl.uint64, bitcast=True)
+    neg = (u >> 63) != 0
+    a = u & 0x7FFFFFFFFFFFFFFF
+    ef = (a >> 52).to(tl.int64)
+    fl = ef - 1023
+    rem = (a & 0xFFFFFFFFFFFFF).to(tl.int64)
+    half = tl.full(rem.shape, 1 << 51, tl.int64)
+    if MODE == SR:
+        seed = ((seed_hi.to(tl.uint32).to(tl.uint64) << 32)
+                | seed_lo.to(tl.uint32).to(tl.uint64))
+        off = (off_hi.to(tl.uint32).to(tl.uint64) << 32) | off_lo.to(tl.uint32).to(tl.uint64)
+        idx = off + offs.to(tl.uint64)
+        sr_up = sr_round_up(rem, tl.full(rem.shape, 52, tl.int64), sr_draw(seed, idx, sr_bits),
+                            sr_bits)
+    else:
+        sr_up = rem != rem
+    up = round_up(MODE, rem, half, ((fl + BIAS) & 1) == 1, rem != rem, sr_up)
+    c = tl.maximum(fl + BIAS + tl.where(up, 1, 0).to(tl.int64), 0)
+    c = tl.where(c > MAXC, MAXC if OVF_MAX else NANC, c)
+    c = tl.where(a == 0x7FF0000000000000, MAXC if SAT else NANC, c)
+    c = tl.where(neg | (a == 0) | (a > 0x7FF0000000000000), NANC, c)
+    if WANT_VALUE:
+        vb = tl.where(c >= 127 - BIAS + 1, (c + (127 - BIAS)) << 23,
+                      (1 << 22) >> tl.maximum(BIAS - 127 - c - 1, 0).to(tl.int64))
+        vb = tl.where(c == NANC, 0x7FC00000, vb).to(tl.uint32)
+        tl.store(out_ptr + offs, vb.to(tl.float32, bitcast=True), mask=mask)
+    else:
+        tl.store(out_ptr + offs, c.to(tl.uint8), mask=mask)
+
+
+def run_pow2(spec, x, out, mode: int, saturate: bool, seed: int = 0, sr_bits: int = 32,
+             offset: int = 0) -> None:
+    """:func:`run_kernel` for a ``Pow2Spec`` format (E8M0)."""
+    import torch
+
+    from ._launch import LAUNCH_OPTS, block, chunks, device_guard, halves
+
+    kind, x, bf16 = in_kind(x)
+    n = x.numel()
+    if n == 0:
+        return
+    if spec.bias != 127:
+        raise ValueError("the GPU codec of exponent-only formats needs bias 127 (e8m0)")
+    slo, shi = halves(seed)
+    B = block(_GPU_BLOCK_GENERIC)
+    mode = int(mode)
+    with device_guard(x):
+        for s0, s1 in chunks(n):
+            olo, ohi = halves(int(offset) + s0)
+            m = s1 - s0
+            _pow2_kernel[(triton.cdiv(m, B),)](
+                x[s0:s1], out[s0:s1], m, slo, shi, olo, ohi, int(sr_bits), bf16,
+                IN_KIND=kind, BIAS=spec.bias, MAXC=spec.max_code, NANC=spec.nan_code,
+                MODE=mode, SAT=bool(saturate), OVF_MAX=bool(saturate) or mode in (2, 4),
+                WANT_VALUE=out.dtype == torch.float32, BLOCK=B, num_warps=_NUM_WARPS,
+                **LAUNCH_OPTS)
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -391,7 +481,7 @@ def kernel_path(in64: bool, mode: int, want_value: bool, K: dict, generic: bool 
     ``make_fast32_kernel`` the choice of ``one_rne``/``one_rna``)."""
     if in64 or int(mode) not in _FAST_MODES or generic:
         return PATH_GENERIC
-    if K["UNIFORM"] and int(mode) == 0 and not want_value and K["NEG_ZERO"]:
+    if K["RNE_OK"] and int(mode) == 0 and not want_value:
         return PATH_RNE
     if K["RNA_OK"] and int(mode) == 1 and not want_value:
         return PATH_RNA
@@ -404,7 +494,7 @@ def kernel_constexprs(spec, in64: bool, mode: int, saturate: bool, want_value: b
     :func:`codec_constants` dict the Numba kernels use), ``BLOCK`` excepted."""
     K = codec_constants(spec, in64, int(mode), bool(saturate))
     return dict(K, PATH=kernel_path(in64, mode, want_value, K, generic),
-                WANT_VALUE=bool(want_value))
+                WANT_VALUE=bool(want_value), OUT16=spec.bits > 8)
 
 
 def in_kind(x):
@@ -433,6 +523,9 @@ def run_kernel(spec, x, out, mode: int, saturate: bool, seed: int = 0, sr_bits: 
 
     want_value = out.dtype == torch.float32
     in64 = x.dtype == torch.float64
+    if isinstance(spec, Pow2Spec):
+        run_pow2(spec, x, out, mode, saturate, seed, sr_bits, offset)
+        return
     C = kernel_constexprs(spec, in64, mode, saturate, want_value, generic)
     C["IN_KIND"], x, bf16 = in_kind(x)
     n = x.numel()

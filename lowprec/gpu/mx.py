@@ -110,7 +110,9 @@ def _encode_tile(x, e, bad, seed, idx, sr_bits, bf16, mtab_ptr, btab_ptr, vtab_p
                  NAN_BITS32: tl.constexpr, SH_LO_BASE: tl.constexpr, OFF: tl.constexpr,
                  LOSCALE_BITS: tl.constexpr, RNE_HALF_M1: tl.constexpr,
                  RNE_MINNORM: tl.constexpr, RNE_CB: tl.constexpr, RNE_OVF: tl.constexpr,
-                 RNE_NAN: tl.constexpr, RNE_S0: tl.constexpr, WANT_VALUE: tl.constexpr):
+                 RNE_NAN: tl.constexpr, RNE_S0: tl.constexpr, WANT_VALUE: tl.constexpr,
+                 SIGN: tl.constexpr = 0x80, SGN_SH: tl.constexpr = 24,
+                 PAR_FLIP: tl.constexpr = False, IS_INT: tl.constexpr = False):
     """Element codes (or values) of a tile of blocks with shared exponents ``e`` ([BR, 1]) and
     NaN flags ``bad``: the inner loop of ``_make_block_kernel.kernel`` (saturating)."""
     if IN_KIND == 1:
@@ -127,15 +129,18 @@ def _encode_tile(x, e, bad, seed, idx, sr_bits, bf16, mtab_ptr, btab_ptr, vtab_p
                    INF_BITS, E_LO, EMAX, FRACMAX, UNIFORM, M_U, Q_LO, M_MAX, T0, T1, T2,
                    NEG_ZERO, NAN_CODE,
                    NAN_SIGNED, MAX_CODE, OVF_CODE, MODE, True, OVF_MAX_POS, OVF_MAX_NEG,
-                   MAXBITS, INF_BITS32, NAN_BITS32, LOSCALE_BITS, False)
+                   MAXBITS, INF_BITS32, NAN_BITS32, LOSCALE_BITS, False, SIGN)
     elif PATH == 1:
         code = one_fast32(y, E_LO, M_MAX, T0, T1, T2, UNIFORM, SH_LO_BASE, OFF, MAXBITS,
                           NEG_ZERO, NAN_CODE, NAN_SIGNED, MAX_CODE, OVF_CODE, MODE, True,
-                          OVF_MAX_POS, OVF_MAX_NEG, INF_BITS32, NAN_BITS32, LOSCALE_BITS, False)
+                          OVF_MAX_POS, OVF_MAX_NEG, INF_BITS32, NAN_BITS32, LOSCALE_BITS, False,
+                          SIGN, PAR_FLIP)
     else:
         code = one_rne(y, MAX_CODE, OFF, RNE_HALF_M1, RNE_MINNORM, RNE_CB, RNE_OVF, RNE_NAN,
-                       RNE_S0)
-    code = tl.where(bad, NAN_CODE | (sgn << 7), code)
+                       RNE_S0, SIGN, SGN_SH)
+    if IS_INT:  # MXINT8: sign-magnitude -> two's complement
+        code = tl.where((code & 0x80) != 0, (0 - (code & 0x7F)) & 0xFF, code)
+    code = tl.where(bad, NAN_CODE | (sgn * SIGN), code)
     if WANT_VALUE:
         v = tl.load(vtab_ptr + code.to(tl.int32)) * _pow2_f32(e)
         r = tl.where(bad, float("nan"), v)
@@ -162,7 +167,9 @@ def _block_kernel(x_ptr, codes_ptr, scales_ptr, out_ptr, mtab_ptr, btab_ptr, vta
                   LOSCALE_BITS: tl.constexpr, RNE_HALF_M1: tl.constexpr,
                   RNE_MINNORM: tl.constexpr, RNE_CB: tl.constexpr, RNE_OVF: tl.constexpr,
                   RNE_NAN: tl.constexpr, RNE_S0: tl.constexpr, WANT_VALUE: tl.constexpr,
-                  BR: tl.constexpr, KP: tl.constexpr, ONE_CHUNK: tl.constexpr):
+                  BR: tl.constexpr, KP: tl.constexpr, ONE_CHUNK: tl.constexpr,
+                  SIGN: tl.constexpr = 0x80, SGN_SH: tl.constexpr = 24,
+                  PAR_FLIP: tl.constexpr = False, IS_INT: tl.constexpr = False):
     """``BR`` blocks per program, ``KP`` (a power of two >= ``kk`` when ``ONE_CHUNK``, else a
     chunk of one long block) elements at a time: amax, the scale, then the elements."""
     pid = tl.program_id(0)
@@ -244,7 +251,8 @@ def _block_kernel(x_ptr, codes_ptr, scales_ptr, out_ptr, mtab_ptr, btab_ptr, vta
                          UNIFORM, M_U, Q_LO, M_MAX, T0, T1, T2, NEG_ZERO, NAN_CODE, NAN_SIGNED,
                          MAX_CODE, OVF_CODE, MODE, OVF_MAX_POS, OVF_MAX_NEG, MAXBITS,
                          INF_BITS32, NAN_BITS32, SH_LO_BASE, OFF, LOSCALE_BITS, RNE_HALF_M1,
-                         RNE_MINNORM, RNE_CB, RNE_OVF, RNE_NAN, RNE_S0, WANT_VALUE)
+                         RNE_MINNORM, RNE_CB, RNE_OVF, RNE_NAN, RNE_S0, WANT_VALUE, SIGN, SGN_SH,
+                         PAR_FLIP, IS_INT)
         if WANT_VALUE:
             dst = out_ptr
         else:
@@ -294,7 +302,7 @@ def tile_shape(kk: int) -> tuple[int, int, bool]:
 def block_constexprs(fmt_name: str, in64: bool, mode: int, want_value: bool, kk: int) -> dict:
     """Every ``tl.constexpr`` of :func:`_block_kernel` but ``IN_KIND`` (element constants from
     the Numba path's :func:`codec_constants`)."""
-    spec, _info, _vals, emax_elem, mbits = _ELEM[fmt_name]
+    spec, _info, _vals, emax_elem, mbits, is_int = _ELEM[fmt_name]
     K = codec_constants(spec, in64, int(mode), True)
     path = kernel_path(in64, int(mode), False, K)
     fb = 52 if in64 else 23
@@ -303,7 +311,8 @@ def block_constexprs(fmt_name: str, in64: bool, mode: int, want_value: bool, kk:
         "M_U", "Q_LO", "M_MAX", "T0", "T1", "T2", "NEG_ZERO", "NAN_CODE", "NAN_SIGNED",
         "MAX_CODE", "OVF_CODE", "MODE", "OVF_MAX_POS", "OVF_MAX_NEG", "MAXBITS", "INF_BITS32",
         "NAN_BITS32", "SH_LO_BASE", "OFF", "LOSCALE_BITS", "RNE_HALF_M1", "RNE_MINNORM",
-        "RNE_CB", "RNE_OVF", "RNE_NAN", "RNE_S0")}
+        "RNE_CB", "RNE_OVF", "RNE_NAN", "RNE_S0", "SIGN", "SGN_SH", "PAR_FLIP")}
+    C["IS_INT"] = bool(is_int)
     carry52 = ((1 << (mbits + 1)) - 1) << (51 - mbits)
     kp, br, one_chunk = tile_shape(kk)
     C.update(EMAX_ELEM=emax_elem, MAXFRAC=max_frac52(spec.max_value) >> (52 - fb),
@@ -325,7 +334,7 @@ def quantize_blocks(x2, fmt_name: str, kk: int, smode: int, sat_inf: bool, mode:
     if rows * n == 0:
         return
     want_value = out is not None
-    spec, _info, vals, _emax, _m = _ELEM[fmt_name]
+    spec, _info, vals, _emax, _m, _int = _ELEM[fmt_name]
     kind, xr, bf16 = in_kind(x2)
     C = block_constexprs(fmt_name, kind == IN_F64, mode, want_value, kk)
     C["IN_KIND"] = kind

@@ -91,10 +91,18 @@ def route(t: Tensor):
 # float formats
 
 
+def code_dtype(fmt: str):
+    """torch dtype of a float format's codes: uint8, or uint16 above 8 bits (bf16, fp16)."""
+    from ..formats.core import get_format
+
+    return torch.uint16 if get_format(fmt).info.bits > 8 else _U8
+
+
 def _float_codec(x: Tensor, fmt: str, rounding: int, saturate: bool, seed: int, sr_bits: int,
                 offset: int, want_value: bool) -> Tensor:
-    """Codes (uint8) or values (float32) of ``x`` in the float format ``fmt``."""
-    out = torch.empty(x.shape, dtype=_F32 if want_value else _U8, device=x.device)
+    """Codes (uint8; uint16 for 16-bit formats) or values (float32) of ``x`` in the float
+    format ``fmt``."""
+    out = torch.empty(x.shape, dtype=_F32 if want_value else code_dtype(fmt), device=x.device)
     _float_codec_out(x, out, fmt, rounding, saturate, seed, sr_bits, offset)
     return out
 
@@ -104,7 +112,7 @@ float_codec = _op("float_codec", _float_codec)
 
 @float_codec.register_fake
 def _(x, fmt, rounding, saturate, seed, sr_bits, offset, want_value):
-    return torch.empty_like(x, dtype=_F32 if want_value else _U8,
+    return torch.empty_like(x, dtype=_F32 if want_value else code_dtype(fmt),
                             memory_format=torch.contiguous_format)
 
 
@@ -312,7 +320,7 @@ int_encode = _op("int_encode", _int_encode)
 def _(x, fmt, granularity, axis, block_size, symmetric, narrow, scale, zero_point, rounding, seed,
       sr_bits, offset):
     ss = _int_scale_shape(x, fmt, granularity, axis, block_size, symmetric, narrow)
-    cd = torch.int8 if fmt == "int8" else _U8
+    cd = torch.int8 if fmt in ("int8", "int4") else _U8
     return (torch.empty_like(x, dtype=cd, memory_format=torch.contiguous_format),
             x.new_empty(ss, dtype=_F32),
             x.new_empty(ss if not symmetric else (0,), dtype=torch.int32))

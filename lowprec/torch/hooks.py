@@ -88,7 +88,9 @@ class QuantStats(Stats):
 
 
 def check_quant_format(fmt, what: str) -> str | None:
-    """Validate an ``activations=`` / ``weights=`` format: None or one of :data:`QUANT_FORMATS`.
+    """Validate an ``activations=`` / ``weights=`` format: None or any unscaled float format
+    (:data:`QUANT_FORMATS` of the design, the element formats of issue 17 and the formats made
+    by :func:`lowprec.float_format`); returns the registry name.
 
     Raises:
         ValueError: a scaled format (mxfp8, int8, uint8; not supported by the hooks yet) or an
@@ -96,15 +98,24 @@ def check_quant_format(fmt, what: str) -> str | None:
     """
     if fmt is None:
         return None
-    if not isinstance(fmt, str) or fmt not in QUANT_FORMATS:
-        import lowprec
+    import lowprec
 
-        scaled = isinstance(fmt, str) and fmt in lowprec.available_formats()
+    f = None
+    if isinstance(fmt, str):
+        try:
+            f = lowprec.get_format(fmt)
+        except ValueError:
+            f = None
+    if f is None or f.info.kind != "float":
+        scaled = f is not None
         why = " (scaled formats need a scale policy and are not supported yet)" if scaled else ""
+        floats = [n for n in lowprec.available_formats()
+                  if lowprec.get_format(n).info.kind == "float"]
         raise ValueError(
-            f"{what}={fmt!r} is not accepted{why}; allowed: None, {', '.join(QUANT_FORMATS)}"
+            f"{what}={fmt!r} is not accepted{why}; allowed: None, {', '.join(floats)} (and "
+            "formats made by lowprec.float_format)"
         )
-    return fmt
+    return f.name
 
 
 def check_patterns(patterns, what: str, default: tuple) -> tuple:

@@ -1,0 +1,126 @@
+"""Issue 17 item 6: the Formats II element formats through the Triton kernels (Triton's
+interpreter on the CPU, as tests/test_gpu_interpreter.py), bit for bit against the Numba path:
+codes and fused values for float32 (grid points, midpoints, random patterns) and float64 input,
+every deterministic mode and stochastic rounding, saturating or not; MX blocks with the new
+elements; a user format."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import lowprec as lp
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    pytest.skip("the Triton interpreter is off (a CUDA GPU is present)", allow_module_level=True)
+
+import gpu_cases as C  # noqa: E402
+
+from lowprec.formats.minifloat import run_kernel as cpu_run  # noqa: E402
+from lowprec.gpu import ops  # noqa: E402
+from lowprec.gpu.minifloat import run_kernel as gpu_run  # noqa: E402
+
+FORMATS = ("e2m1", "e2m3", "e3m2", "e8m0", "e4m3fnuz", "e5m2fnuz", "e4m3_ieee", "e3m4",
+           "binary8p1", "binary8p3", "binary8p7", "bfloat16", "float16")
+MODES = ("nearest_even", "nearest_away", "toward_zero", "up", "down", "stochastic")
+SEED = 0xFEDCBA9876543210
+OFFSET = (1 << 63) + 12345
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _inputs(fmt):
+    v = lp.get_format(fmt).values().astype(np.float64)
+    v = np.unique(np.abs(v[np.isfinite(v)]))
+    if v.size > 4096:
+        v = v[:: v.size // 4096]
+    mids = (v[1:] + v[:-1]) / 2
+    pts = np.concatenate([v, mids, (3 * v[1:] + v[:-1]) / 4, v * 1.5, v * 4]).astype(np.float32)
+    rnd = np.random.default_rng(1).integers(0, 2**32, 1 << 12, dtype=np.uint64)
+    x = np.concatenate([pts, -pts, rnd.astype(np.uint32).view(np.float32),
+                        np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45], np.float32)])
+    return x
+
+
+def _compare(fmt, x, mode, sat):
+    spec = lp.get_format(fmt).spec
+    m = int(lp.Rounding[mode.upper()])
+    wide = lp.get_format(fmt).info.bits > 8
+    bits = np.ascontiguousarray(x).reshape(-1).view(np.uint64 if x.dtype == np.float64
+                                                    else np.uint32)
+    xt = torch.from_numpy(np.ascontiguousarray(x))
+    for want_value in (False, True):
+        dt = np.float32 if want_value else (np.uint16 if wide else np.uint8)
+        want = np.empty(bits.size, dt)
+        cpu_run(spec, bits, want, m, sat, SEED, 13, OFFSET)
+        tdt = torch.float32 if want_value else (torch.uint16 if wide else torch.uint8)
+        got = torch.empty(bits.size, dtype=tdt)
+        gpu_run(spec, xt, got, m, sat, SEED, 13, OFFSET)
+        got = got.numpy()
+        bad = (C.count_value_mismatches(got, want) if want_value
+               else int((got != want).sum()))
+        assert bad == 0, (fmt, mode, sat, want_value, x.dtype)
+
+
+# default run: one format of each kind of specials in a deterministic mode and stochastic
+# rounding (the interpreter runs each kernel variant in NumPy, seconds per call); the full
+# matrix is ``-m slow``
+DEFAULT = {("e2m1", "nearest_even"), ("e8m0", "nearest_away"), ("binary8p1", "nearest_even"),
+           ("bfloat16", "stochastic")}
+
+
+@pytest.mark.parametrize(("fmt", "mode"), [
+    pytest.param(f, m, marks=() if (f, m) in DEFAULT else (pytest.mark.slow,))
+    for f in FORMATS for m in MODES])
+def test_float32_new_formats(fmt, mode):
+    x = _inputs(fmt)
+    for sat in (False, True):
+        _compare(fmt, x, mode, sat)
+
+
+@pytest.mark.parametrize("fmt", [
+    "e2m1", *(pytest.param(f, marks=pytest.mark.slow)
+              for f in ("e8m0", "binary8p1", "bfloat16", "e4m3fnuz"))])
+def test_float64_new_formats(fmt):
+    x = _inputs(fmt).astype(np.float64)
+    for mode in ("nearest_even", "stochastic", "down"):
+        _compare(fmt, x, mode, False)
+
+
+def test_user_format_on_the_device_path(monkeypatch):
+    monkeypatch.setattr(ops, "TRITON_ON_CPU", True)
+    lp.float_format(5, 6, bias=13, inf="top", nan="neg_zero", name="t17_gpu_user")
+    x = _inputs("e3m4")
+    xt = torch.from_numpy(x.copy())
+    for kw in (dict(rounding="stochastic", seed=3), dict(rounding="up", saturate=True)):
+        assert np.array_equal(lp.encode(xt, "t17_gpu_user", **kw).numpy(),
+                              lp.encode(x, "t17_gpu_user", **kw))
+        assert C.count_value_mismatches(lp.quantize(xt, "t17_gpu_user", **kw).numpy(),
+                                        lp.quantize(x, "t17_gpu_user", **kw)) == 0
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxint8", *(pytest.param(f, marks=pytest.mark.slow)
+                                                     for f in ("mxfp6_e2m3", "mxfp6_e3m2"))])
+def test_mx_new_elements_on_the_device_path(fmt, monkeypatch):
+    monkeypatch.setattr(ops, "TRITON_ON_CPU", True)
+    x = C.mx_blocks(6, 64, 10).reshape(6, 8, 8)
+    x[0, 0, :] = np.nan
+    xt = torch.from_numpy(x.copy())
+    for kw in (dict(), dict(rounding="stochastic", seed=4, sr_bits=5, offset=99),
+               dict(axis=1, block_size=3, scale_mode="ceil")):
+        q, qt = lp.encode(x, fmt, **kw), lp.encode(xt, fmt, **kw)
+        assert np.array_equal(q.codes, qt.codes.numpy()), kw
+        assert np.array_equal(q.scales, qt.scales.numpy()), kw
+        assert C.count_value_mismatches(lp.quantize(xt, fmt, **kw).numpy(),
+                                        lp.quantize(x, fmt, **kw)) == 0
