@@ -12,6 +12,9 @@ Comparisons (codes as integers; an expected NaN accepts any NaN code):
   lowprec code is checked to be a nearest).
 * ``user``: a format made by :func:`lowprec.float_format` with a built-in's description
   against the built-in (codes, every deterministic mode asked for).
+* ``int``: ``int4`` / ``uint4`` at scale 1 against ``clip(rint(x))`` (float64) held in
+  ml_dtypes' ``int4`` / ``uint4`` (NaN inputs skipped: they have no code, and ``encode``
+  raises for them).
 * ``gfloat``: P3109 formats against gfloat ``round_ndarray`` + ``encode_ndarray`` (slow:
   ~100 ns per element; use ``--start/--stop`` for slices).
 
@@ -134,10 +137,24 @@ def run_gfloat(fmt: str, modes, start: int, stop: int) -> dict:
     return tally
 
 
+def run_int(fmt: str, start: int, stop: int) -> dict:
+    """Mismatch count of ``int4`` / ``uint4`` (scale 1) against ``clip(rint(x))`` in ml_dtypes."""
+    t, lo, hi = {"int4": (ml_dtypes.int4, -7, 7), "uint4": (ml_dtypes.uint4, 0, 15)}[fmt]
+    n = bad = 0
+    for x in chunks(start, stop):
+        x = x[~np.isnan(x)]
+        got = lp.encode(x, fmt, scale=1.0).codes.astype(np.int64)
+        want = np.clip(np.rint(x.astype(np.float64)), lo, hi).astype(t).astype(np.int64)
+        bad += int((got != want).sum())
+        n += x.size
+    return {"patterns": n, "mismatch": bad}
+
+
 def main(argv=None) -> int:
     """Command line entry point; exit status 1 on any unexplained mismatch."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", choices=("ml_dtypes", "user", "gfloat"), default="ml_dtypes")
+    ap.add_argument("--check", choices=("ml_dtypes", "user", "gfloat", "int"),
+                    default="ml_dtypes")
     ap.add_argument("--formats", default=",".join(ML))
     ap.add_argument("--modes", default="nearest_even")
     ap.add_argument("--start", type=lambda s: int(s, 0), default=0)
@@ -150,6 +167,9 @@ def main(argv=None) -> int:
         if a.check == "ml_dtypes":
             tally = run_ml(fmt, a.start, a.stop)
             status |= tally["mismatch"] > 0 or tally["e8m0_sub_not_nearest"] > 0
+        elif a.check == "int":
+            tally = run_int(fmt, a.start, a.stop)
+            status |= tally["mismatch"] > 0
         elif a.check == "user":
             tally = run_user(fmt, modes, a.start, a.stop)
             status |= any(tally.values())
