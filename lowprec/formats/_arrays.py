@@ -79,6 +79,17 @@ def float_bits(arr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(arr).reshape(-1).view(np.uint32)
 
 
+def into_out(y, out):
+    """``y`` (a float32 result, numpy or CPU torch) itself when ``out`` is None, else ``y``
+    copied into ``out`` (validated by :func:`make_out`) and ``out`` returned: the ``out=`` of
+    the block formats' fake-quantization."""
+    if out is None:
+        return y
+    arr = y.numpy() if is_torch(y) else y
+    np.copyto(make_out(out, arr.shape, np.float32), arr)
+    return out
+
+
 def make_out(out, shape, dtype, what="out") -> np.ndarray:
     """Allocate, or validate a caller-provided, C-contiguous numpy ``out`` array."""
     if out is None:

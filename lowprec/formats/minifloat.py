@@ -292,7 +292,15 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
     if want_value is None:  # the per-element function itself, for other kernels (MX)
         _KERNELS[key] = one
         return one
-    if want_value:
+    _KERNELS[key] = _element_loops(one, None if want_value else OUT_T)
+    return _KERNELS[key]
+
+
+def _element_loops(one, out_t):
+    """``(serial, parallel)`` loops over float bit patterns applying a per-element function
+    ``one(bits, seed, idx, sr_bits) -> (code, value)`` (:func:`make_kernel` and the E8M0
+    kernel): they write the value as float32 (``out_t`` None) or the code as ``out_t``."""
+    if out_t is None:
 
         @njit(cache=True, nogil=True)
         def serial(bits, out, seed, sr_bits, offset):
@@ -308,14 +316,13 @@ def make_kernel(spec: FloatSpec, in64: bool, mode: int, saturate: bool, want_val
         @njit(cache=True, nogil=True)
         def serial(bits, out, seed, sr_bits, offset):
             for i in range(bits.shape[0]):
-                out[i] = OUT_T(one(bits[i], seed, offset + i, sr_bits)[0])
+                out[i] = out_t(one(bits[i], seed, offset + i, sr_bits)[0])
 
         @njit(cache=True, nogil=True, parallel=True)
         def parallel(bits, out, seed, sr_bits, offset):
             for i in prange(bits.shape[0]):
-                out[i] = OUT_T(one(bits[i], seed, offset + i, sr_bits)[0])
+                out[i] = out_t(one(bits[i], seed, offset + i, sr_bits)[0])
 
-    _KERNELS[key] = (serial, parallel)
     return serial, parallel
 
 
@@ -606,31 +613,8 @@ def make_pow2_kernel(spec: Pow2Spec, in64: bool, mode: int, saturate: bool, want
     if want_value is None:
         _KERNELS[key] = one
         return one
-    if want_value:
-
-        @njit(cache=True, nogil=True)
-        def serial(bits, out, seed, sr_bits, offset):
-            for i in range(bits.shape[0]):
-                out[i] = np.float32(one(bits[i], seed, offset + i, sr_bits)[1])
-
-        @njit(cache=True, nogil=True, parallel=True)
-        def parallel(bits, out, seed, sr_bits, offset):
-            for i in prange(bits.shape[0]):
-                out[i] = np.float32(one(bits[i], seed, offset + i, sr_bits)[1])
-    else:
-
-        @njit(cache=True, nogil=True)
-        def serial(bits, out, seed, sr_bits, offset):
-            for i in range(bits.shape[0]):
-                out[i] = np.uint8(one(bits[i], seed, offset + i, sr_bits)[0])
-
-        @njit(cache=True, nogil=True, parallel=True)
-        def parallel(bits, out, seed, sr_bits, offset):
-            for i in prange(bits.shape[0]):
-                out[i] = np.uint8(one(bits[i], seed, offset + i, sr_bits)[0])
-
-    _KERNELS[key] = (serial, parallel)
-    return serial, parallel
+    _KERNELS[key] = _element_loops(one, None if want_value else np.uint8)
+    return _KERNELS[key]
 
 
 def make_pow2_fast32(spec: Pow2Spec, mode: int, saturate: bool, want_value: bool):

@@ -353,13 +353,7 @@ def quantize(x, f: Format, *, out=None, **kwargs):
 
     Values beyond float32 range (only reachable from float64 input or ``nonfinite="saturate"``
     with Inf, where the scale clamps to 2**127) become +-Inf in the float32 result."""
-    y = decode(encode(x, f, **kwargs))
-    if out is None:
-        return y
-    arr = y.numpy() if A.is_torch(y) else y
-    o = A.make_out(out, arr.shape, np.float32)
-    np.copyto(o, arr)
-    return out
+    return A.into_out(decode(encode(x, f, **kwargs)), out)
 
 
 def _info(name: str) -> FormatInfo:

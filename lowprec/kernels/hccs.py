@@ -662,23 +662,34 @@ def _quantized_logits(S, c, add, has_add, xs, vis, x8, logits, keep):
     return sat.sum()
 
 
-def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = "i16_div",
-                    out_shift: int = 0, clb_T: int = CLB_T_DEFAULT, dequant: str = "scale",
-                    scale_scope: str = "visible"):
+def hccs_options(lead: tuple, Lk: int, params, path: str, out_shift: int, clb_T: int,
+                 dequant: str, scale_scope: str):
+    """The checks of the ``hccs`` scheme's options against a call of leading dims ``lead`` and
+    ``Lk`` keys, shared by the CPU pipeline and its device path: returns ``(params, scope,
+    unit, H)`` (the :class:`HccsParams` or None, the scale scope, the output unit of ``path``,
+    the number of heads)."""
     params = _check_params_obj(params)
     scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
     unit = output_scale(path, out_shift, clb_T)
     check_choice(dequant, "dequant", DEQUANTS)
-    H = prob.lead[-1] if prob.lead else 1
+    H = lead[-1] if lead else 1
     if params is not None and params.heads not in (1, H):
         raise ValueError(
             f"params has {params.heads} heads; the inputs have {H} (the last leading dim of q)"
         )
-    Bn, Lq, Lk = prob.B, prob.Lq, prob.Lk
     if Lk > INT16_MAX:
         raise ValueError(f"HCCS needs rows of at most {INT16_MAX} keys, got Lk = {Lk}")
     if params is not None and Lk and params.n != Lk:
         check_params(params.B, params.S, params.Dmax, Lk)  # raises if invalid for this Lk
+    return params, scope, unit, H
+
+
+def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = "i16_div",
+                    out_shift: int = 0, clb_T: int = CLB_T_DEFAULT, dequant: str = "scale",
+                    scale_scope: str = "visible"):
+    params, scope, unit, H = hccs_options(prob.lead, prob.Lk, params, path, out_shift, clb_T,
+                                          dequant, scale_scope)
+    Bn, Lq, Lk = prob.B, prob.Lq, prob.Lk
     if Bn == 0 or Lq == 0 or Lk == 0:
         out = np.zeros((Bn, Lq, prob.dv), dtype=np.float32)
         st = HccsStats(calls=1, rows=Bn * Lq, empty_rows=Bn * Lq)

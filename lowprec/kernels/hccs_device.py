@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._check import check_choice
 from ._hccs_search import calibrate_span, scales_from_amax
 from ._int8 import check_positive_scale, unnormalized
 from .device_rows import DeviceProblem, chunks, quantize_problem
@@ -37,7 +36,6 @@ from .hccs import (
     _C_RHO,
     _C_SAT,
     CLB_T_DEFAULT,
-    DEQUANTS,
     HCCS_NORM_TOL,
     I8_T,
     INT16_MAX,
@@ -47,13 +45,10 @@ from .hccs import (
     HccsParams,
     _check_clb_t,
     _check_out_shift,
-    _check_params_obj,
     _check_path,
     _core_stats,
-    check_params,
-    output_scale,
+    hccs_options,
 )
-from .problem import SCALE_SCOPES
 
 _I16_T = INT16_MAX  # i16_div's T = 32767
 _LOG2_BITS = 32  # Z < 2**31: floor(log2 Z) from 31 comparisons
@@ -159,20 +154,9 @@ def hccs(dp: DeviceProblem, return_stats: bool, params=None, path: str = "i16_di
     parameters and statistics; the module docstring says where the calibration runs)."""
     import torch
 
-    params = _check_params_obj(params)
-    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
-    unit = output_scale(path, out_shift, clb_T)
-    check_choice(dequant, "dequant", DEQUANTS)
-    H = dp.lead[-1] if dp.lead else 1
-    if params is not None and params.heads not in (1, H):
-        raise ValueError(
-            f"params has {params.heads} heads; the inputs have {H} (the last leading dim of q)"
-        )
+    params, scope, unit, H = hccs_options(dp.lead, dp.Lk, params, path, out_shift, clb_T,
+                                          dequant, scale_scope)
     B, Lq, Lk, dev = dp.B, dp.Lq, dp.Lk, dp.device
-    if Lk > INT16_MAX:
-        raise ValueError(f"HCCS needs rows of at most {INT16_MAX} keys, got Lk = {Lk}")
-    if params is not None and Lk and params.n != Lk:
-        check_params(params.B, params.S, params.Dmax, Lk)  # raises if invalid for this Lk
     check_positive_scale(dp.scale, "hccs", "its int8 logits x = S * c / x_scale clip at the "
                          "row max")
     qz = quantize_problem(dp, "per_tensor", 128, scope)

@@ -817,16 +817,25 @@ def no_key_rows(prob: Problem) -> np.ndarray | None:
     return prob.no_key_rows()
 
 
+def qflash_options(Lk: int, d: int, block_k, m_init, division, on_hazard, scale_scope):
+    """The checks of the ``qflash`` scheme's options for a call with ``Lk`` keys of head dim
+    ``d``, shared by the CPU pipeline and its device path: returns ``(scope, block_k, m_init,
+    division)`` as the pipeline uses them."""
+    check_choice(on_hazard, "on_hazard", HAZARD_POLICIES)
+    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
+    bk = check_block(block_k, "block_k", Lk)
+    m_init = _int32_scalar(m_init, "m_init")
+    division = check_bool(division, "division")
+    if d > D_MAX:
+        raise ValueError(f"d = {d} > {D_MAX}: int8 dot products could wrap int32")
+    return scope, bk, m_init, division
+
+
 def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
             m_init: int = M_INIT_DEFAULT, division: bool = False, on_hazard: str = "count",
             scale_scope: str = "visible"):
-    check_choice(on_hazard, "on_hazard", HAZARD_POLICIES)
-    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
-    bk = check_block(block_k, "block_k", prob.Lk)
-    m_init = _int32_scalar(m_init, "m_init")
-    division = check_bool(division, "division")
-    if prob.d > D_MAX:
-        raise ValueError(f"d = {prob.d} > {D_MAX}: int8 dot products could wrap int32")
+    scope, bk, m_init, division = qflash_options(prob.Lk, prob.d, block_k, m_init, division,
+                                                 on_hazard, scale_scope)
     for name, x in (("q", prob.q), ("k", prob.k), ("v", prob.v)):
         float_input(x, name, finite=True, why=FINITE_WHY)
     # the per-tensor scales: of each sequence over its rows and keys that take part

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._check import check_bool, check_choice
 from .device_rows import DeviceProblem, _check_finite, chunks, codes, row_amax, scoped_amax
-from .problem import LOG2E, SCALE_SCOPES, check_block
+from .problem import LOG2E
 from .qflash import (
     _C_EXP_OVF,
     _C_I32_WRAP,
@@ -39,8 +38,6 @@ from .qflash import (
     _C_ZERO_DEN,
     _NCOUNT,
     BLOCK_K_DEFAULT,
-    D_MAX,
-    HAZARD_POLICIES,
     INT32_MAX,
     INT32_MIN,
     M_INIT_DEFAULT,
@@ -49,9 +46,9 @@ from .qflash import (
     SHIFT_RELEASE,
     QFlashConstants,
     QFlashStats,
-    _int32_scalar,
     check_exp_M,
     pipeline_stats,
+    qflash_options,
 )
 
 _TWO31 = 1 << 31
@@ -260,13 +257,8 @@ def qflash(dp: DeviceProblem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT
     constants, hazards and per-entry statistics)."""
     import torch
 
-    check_choice(on_hazard, "on_hazard", HAZARD_POLICIES)
-    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
-    bk = check_block(block_k, "block_k", dp.Lk)
-    m_init = _int32_scalar(m_init, "m_init")
-    division = check_bool(division, "division")
-    if dp.d > D_MAX:
-        raise ValueError(f"d = {dp.d} > {D_MAX}: int8 dot products could wrap int32")
+    scope, bk, m_init, division = qflash_options(dp.Lk, dp.d, block_k, m_init, division,
+                                                 on_hazard, scale_scope)
     _check_finite(dp)
     B, dev = dp.B, dp.device
     s_ent, group = _scales(dp, scope)

@@ -36,7 +36,8 @@ class CallRecord:
         q_shape, k_shape, v_shape: the shapes given to SDPA (k/v before GQA repetition).
         dtype: q's dtype as a string (``"torch.float32"``).
         causal, masked, gqa: the SDPA flags of the call.
-        seconds: wall time of the emulated attention (``lowprec.attention``).
+        seconds: time of the emulated attention: wall time on the CPU, device time between
+            two CUDA events for a scheme of the GPU engine on a CUDA tensor.
         sqnr_db: SQNR of the output against float32 SDPA (``reference=True``), else None.
         empty_rows: query rows without a visible key (zeroed or NaN, see ``empty_rows=``).
         stats: the scheme's statistics object of this call (None for ``reference``).
