@@ -96,7 +96,7 @@ def variants() -> list[tuple[str, dict]]:
     return out
 
 
-def _compile(fn, sig: dict, constexprs: dict, num_warps: int) -> str:
+def _compile(fn, sig: dict, constexprs: dict, num_warps: int, num_stages: int | None = None) -> str:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -110,7 +110,8 @@ def _compile(fn, sig: dict, constexprs: dict, num_warps: int) -> str:
              for k, t in sig.items() if t.startswith("*")}
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     k = triton.compile(src, target=GPUTarget(*TARGET),
-                       options={"enable_fp_fusion": False, "num_warps": num_warps})
+                       options={"enable_fp_fusion": False, "num_warps": num_warps,
+                                **({"num_stages": num_stages} if num_stages else {})})
     return k.asm["ptx"]
 
 

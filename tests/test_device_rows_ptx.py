@@ -1,4 +1,5 @@
-"""The Triton kernel of the row-wise schemes' device paths (``lowprec.gpu.rowsum``) compiled
+"""The Triton kernels of the row-wise schemes' device paths (``lowprec.gpu.rowsum``,
+``lowprec.gpu.index_attention``) compiled
 ahead of time for sm_90 (no GPU needed, specs/gpu.md section 4): its PTX holds the sequential
 IEEE adds (``add.f32`` / ``add.f64``, round to nearest) and none of the forbidden instructions
 (``scripts/gpu_ptx_check.FORBIDDEN``: approximate or flushing arithmetic, FMA, saturating
@@ -43,3 +44,44 @@ def test_seq_rowsum_compiles_to_clean_ptx():
     for ty in ("fp32", "fp64"):
         assert rep[ty]["bad"] == [], rep
         assert rep[ty]["adds"] >= 1, rep
+
+
+_IA_SCRIPT = """
+import json, re, sys
+sys.path.insert(0, "scripts")
+from gpu_ptx_check import FORBIDDEN, _compile
+from lowprec.gpu.index_attention import _intattention_kernel
+sig = {"Q8": "*i8", "K8": "*i8", "V8": "*i8", "CINT": "*i32", "LUT": "*i32", "SV": "*fp32",
+       "OUT": "*fp32", "INFO": "*i64", "Lq": "i32", "Lk": "i32", "D": "i32",
+       "DV": "i32", "shift": "i32", "nb": "i32", "iz": "i32"}
+rep = []
+for causal in (False, True):
+    for mode in (0, 1):
+        for pmax in (255, 127):
+            for acc64 in (False, True):
+                c = dict(CAUSAL=causal, MODE=mode, PMAX=pmax, ACC64=acc64, BM=64, BN=64,
+                         BD=128, BDV=32, NBP=32, WIDE=acc64)
+                ptx = _compile(_intattention_kernel, sig, c, 4, num_stages=1)
+                rep.append({"c": [causal, mode, pmax, acc64],
+                            "bad": [ln.strip() for ln in ptx.splitlines()
+                                    if FORBIDDEN.search(ln)][:5],
+                            "div": sorted(set(re.findall(r"\\bdiv\\.[a-z0-9.]+", ptx))),
+                            "imma": len(re.findall(r"\\.s32\\.s8\\.s8", ptx))})
+print(json.dumps(rep))
+"""
+
+
+def test_intattention_kernel_compiles_to_clean_ptx():
+    """Every constexpr variant of the fused IntAttention kernel: no forbidden instruction,
+    IEEE divisions (``div.rn``) only, both GEMMs on int8 tensor cores (s32 += s8 x s8)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, "-c", _IA_SCRIPT], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rep = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(rep) == 16
+    for r in rep:
+        assert r["bad"] == [], r
+        assert all(d.startswith(("div.rn.", "div.s64", "div.u64")) for d in r["div"]), r
+        assert r["imma"] >= 2, r

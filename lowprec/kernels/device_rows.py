@@ -285,6 +285,24 @@ class DeviceQKV:
             self._cache = {"key": key, "k8t": k8.transpose(1, 2), "v8": v8}
         return self._cache
 
+    def int8_kv(self, step: int = 1 << 26):
+        """int8 ``(B, Lk, d)`` and ``(B, Lk, dv)``: k's and v's codes of every query entry
+        (its key/value head's codes under its own scales), made ``step`` elements at a
+        time."""
+        import torch
+
+        dp = self.dp
+        B, Lk = dp.B, dp.Lk
+        k8 = torch.empty((B, Lk, dp.d), dtype=torch.int8, device=dp.device)
+        v8 = torch.empty((B, Lk, dp.dv), dtype=torch.int8, device=dp.device)
+        per = max(1, step // max(1, Lk * max(dp.d, dp.dv)))
+        for g0 in range(0, B, per):
+            g1 = min(B, g0 + per)
+            idx = dp.kv[g0:g1]
+            for x, s, o in ((dp.k, self.sk, k8), (dp.v, self.sv, v8)):
+                o[g0:g1] = codes(x[idx], s[g0:g1, None].expand(g1 - g0, Lk)).to(torch.int8)
+        return k8, v8
+
     def k8t(self, g0: int, g1: int):
         """float64 ``(g1 - g0, d, Lk)``: k's codes of entries ``g0 .. g1 - 1``, transposed."""
         return self._kv(g0, g1)["k8t"]

@@ -549,9 +549,16 @@ def _core_stats(info: np.ndarray, B: int, c_rec: np.ndarray, quantized: int = 0,
                 saturated: int = 0, mask_saturated: int = 0) -> IntAttentionStats:
     per = info.reshape((B, -1, _N_INFO)).sum(axis=1) if info.size else \
         np.zeros((B, _N_INFO), dtype=np.int64)
+    return _head_stats(per, int(info.shape[0]), c_rec, quantized, saturated, mask_saturated)
+
+
+def _head_stats(per: np.ndarray, rows: int, c_rec: np.ndarray, quantized: int = 0,
+                saturated: int = 0, mask_saturated: int = 0) -> IntAttentionStats:
+    """The statistics of a call from its per-entry sums of the row counters ``per (B, 8)``
+    (:func:`_core_stats`; the device path sums on the device)."""
     tot = per.sum(axis=0)
     return IntAttentionStats(
-        calls=1, rows=int(info.shape[0]), empty_rows=int(tot[_I_EMPTY]),
+        calls=1, rows=int(rows), empty_rows=int(tot[_I_EMPTY]),
         logits=int(tot[_I_VIS]), clipped=int(tot[_I_CLIPPED]), zero_exp=int(tot[_I_ZERO]),
         quantized=int(quantized), saturated=int(saturated), mask_saturated=int(mask_saturated),
         uint16_wraps=int(tot[_I_WRAP]), reciprocal_overflows=int(tot[_I_NSOVF]),

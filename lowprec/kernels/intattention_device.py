@@ -35,7 +35,7 @@ import numpy as np
 
 from ..stats import IntAttentionStats
 from ._check import check_choice
-from ._int8 import INT8_QMAX, unnormalized
+from ._int8 import INT8_QMAX, NORM_TOL, unnormalized
 from ._intattention_rows import (
     _I_EMPTY,
     _I_PSUM,
@@ -60,7 +60,7 @@ from .intattention import (
     _check_c,
     _check_depth,
     _check_granularity,
-    _core_stats,
+    _head_stats,
     _deploy_mult,
     _index_mode,
     clip_threshold,
@@ -189,6 +189,59 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
     mult_t = torch.from_numpy(mult_h).to(dev)
     lut_t = torch.from_numpy(lut).to(dev)
     iz = _iz(lut, nb)
+    if _fused_ok(dp, dep):
+        from ..gpu.index_attention import intattention_rows
+
+        k8, v8 = qz.int8_kv()
+        out, info_all = intattention_rows(
+            qz.q8.to(torch.int8), k8, v8, cint_t.to(torch.int32).contiguous(),
+            lut_t.to(torch.int32), qz.sv.contiguous(), causal=dp.causal, mode=mode, nb=nb,
+            iz=iz, pmax=pmax, c_max=int(cint_h.max()) if cint_h.size else 1)
+        msat = 0
+    else:
+        out, info_all, msat = _intattention_rows(dp, qz, alpha_row, cint_t, mult_t, lut_t, iz,
+                                                 nb, mode, pmax, dep, tail_from)
+    if not return_stats:
+        return out, None
+    # sums on the device, one small copy (the CPU's _core_stats of the row counters)
+    seen = info_all[..., _I_VIS] > 0
+    full = float(pmax)
+    off = ~((info_all[..., _I_PSUM].double() - full).abs() <= NORM_TOL * full) & seen
+    red = torch.cat([info_all.sum(dim=1).reshape(-1), off.sum().reshape(1),
+                     torch.as_tensor(msat, dtype=torch.int64, device=dev).reshape(1)])
+    red = red.cpu().numpy()
+    c_rec = cint_h[:, ::qz.block][:, :qz.groups] if Lq else np.zeros((B, 0), np.int64)
+    st = _head_stats(red[:-2].reshape(B, _N_INFO), B * Lq, np.ascontiguousarray(c_rec),
+                     qz.quantized, qz.saturated, int(red[-1]))
+    st.unnormalized_rows = int(red[-2])
+    return out, st
+
+
+def _fused_ok(dp: DeviceProblem, deploy: bool) -> bool:
+    """Whether the fused Triton kernel (:mod:`lowprec.gpu.index_attention`) computes the
+    call: no mask, no deploy mode, a CUDA tensor (or CPU tensors under Triton's
+    interpreter)."""
+    if deploy or dp.mask is not None:
+        return False
+    if dp.device.type == "cuda":
+        return True
+    from ..gpu._launch import interpreting
+
+    return interpreting() and FUSED_ON_INTERPRETER
+
+
+#: run the fused kernel on CPU tensors under ``TRITON_INTERPRET=1`` (the tests switch it)
+FUSED_ON_INTERPRETER = True
+
+
+def _intattention_rows(dp, qz, alpha_row, cint_t, mult_t, lut_t, iz, nb, mode, pmax, dep,
+                       tail_from):
+    """The torch-operations path of :func:`intattention` (masks, deploy mode): ``(out,
+    info, mask saturations)``."""
+    import torch
+
+    B, Lq, Lk = dp.B, dp.Lq, dp.Lk
+    dev = dp.device
     out = torch.empty((B, Lq, dp.dv), dtype=torch.float32, device=dev)
     info_all = torch.zeros((B, Lq, _N_INFO), dtype=torch.int64, device=dev)
     msat = torch.zeros((), dtype=torch.int64, device=dev)
@@ -212,15 +265,7 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
         info_all[g0:g1, r0:r1] = info.reshape(gh, rows, _N_INFO)
         acc = torch.matmul(P.double().reshape(gh, rows, Lk), qz.v8(g0, g1))
         out[g0:g1, r0:r1] = out_rows(acc, qz.sv[g0:g1], pmax)
-    if not return_stats:
-        return out, None
-    info_h = info_all.cpu().numpy()
-    c_rec = cint_h[:, ::qz.block][:, :qz.groups] if Lq else np.zeros((B, 0), np.int64)
-    st = _core_stats(info_h.reshape((-1, _N_INFO)), B, np.ascontiguousarray(c_rec),
-                     qz.quantized, qz.saturated, int(msat))
-    seen = info_h[..., _I_VIS] > 0
-    st.unnormalized_rows = unnormalized(info_h[..., _I_PSUM], float(pmax), seen)
-    return out, st
+    return out, info_all, msat
 
 
 def quant_only(dp: DeviceProblem, return_stats: bool, granularity: str = "per_tensor",

@@ -1,0 +1,93 @@
+"""The fused IntAttention kernel (``lowprec.gpu.index_attention``, the device path of
+``intattention`` without a mask or deploy mode) equals the CPU path bit for bit, statistics
+included: both index roundings, both P formats, causal with Lq < Lk and Lq > Lk (rows that see
+no key), partial row and key tiles, head dims that are not powers of two, GQA read by index,
+per-block and per-channel scales, the int64 accumulator.  Without a GPU the kernel runs in
+Triton's interpreter on CPU tensors."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from test_attention_device_rows import DEVICE, both, qkv  # noqa: E402
+
+import lowprec.gpu.index_attention as ia  # noqa: E402
+from lowprec.kernels import intattention_device as idev  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    """Counts the fused kernel's launches (so a test fails if the call took the torch path)."""
+    calls = []
+    real = ia.intattention_rows
+
+    def spy(*a, **k):
+        calls.append(k)
+        return real(*a, **k)
+
+    monkeypatch.setattr(ia, "intattention_rows", spy)
+    return calls
+
+
+CASES = [
+    dict(Lq=40, Lk=56, d=16, dv=16, causal=False, opts={}),
+    dict(Lq=70, Lk=50, d=24, dv=40, causal=True, opts={}),  # Lq > Lk: empty rows
+    dict(Lq=65, Lk=130, d=80, dv=24, causal=True, opts=dict(index_rounding="nearest")),
+    dict(Lq=64, Lk=64, d=32, dv=32, causal=False, opts=dict(p_format="int8", bits=5)),
+    dict(Lq=33, Lk=97, d=16, dv=16, causal=False,
+         opts=dict(granularity="per_block", block=16, bits=8, c=9.0)),
+    dict(Lq=20, Lk=40, d=16, dv=16, causal=True, opts=dict(granularity="per_channel")),
+    dict(Lq=30, Lk=30, d=16, dv=16, causal=False, opts=dict(bits=1)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_fused_equals_cpu(case, fused_calls):
+    c = CASES[case]
+    q, k, v = qkv(Z=1, Hq=4, Hkv=2, Lq=c["Lq"], Lk=c["Lk"], d=c["d"], dv=c["dv"], seed=case)
+    st = both(q, k, v, "intattention", causal=c["causal"], **c["opts"])[1]
+    assert len(fused_calls) == 1
+    assert st.clipped > 0
+    if c["causal"] and c["Lq"] > c["Lk"]:
+        assert st.empty_rows > 0
+
+
+def test_fused_int64_accumulator(monkeypatch, fused_calls):
+    """The int64 P v accumulator (keys beyond ACC32_MAX_KEYS) gives the same bits."""
+    monkeypatch.setattr(ia, "ACC32_MAX_KEYS", 8)
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=48, Lk=72, d=16, dv=16, seed=11)
+    both(q, k, v, "intattention", causal=True)
+    assert len(fused_calls) == 1
+
+
+def test_fused_equals_torch_path(monkeypatch):
+    """The fused kernel and the device's torch-operations path give the same bits and
+    statistics on the same call (two device implementations of one pipeline)."""
+    import lowprec as lp
+    from lowprec.kernels.device import force_engine
+
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=50, Lk=70, d=16, dv=16, seed=12, amp=3.0)
+    q, k, v = (t.to(DEVICE) for t in (q, k, v))
+    with force_engine():
+        a = lp.attention(q, k, v, "intattention", causal=True, return_stats=True)
+        monkeypatch.setattr(idev, "FUSED_ON_INTERPRETER", False)
+        if DEVICE == "cuda":
+            monkeypatch.setattr(idev, "_fused_ok", lambda dp, dep: False)
+        b = lp.attention(q, k, v, "intattention", causal=True, return_stats=True)
+    assert torch.equal(a[0].view(torch.int32), b[0].view(torch.int32))
+    assert a[1].to_dict() == b[1].to_dict()
+
+
+def test_fused_wide_index_product(fused_calls):
+    """Tiny q: thresholds so large that ``nb * c_int`` passes 2**31 (the int64 index
+    product)."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=1, Lq=40, Lk=40, d=16, dv=16, seed=13)
+    q = q * 2e-3
+    st = both(q, k, v, "intattention", bits=8, causal=True)[1]
+    assert max(int(c.max()) for c in st.c_int) * 255 >= 2**31
+    assert len(fused_calls) == 1
