@@ -85,3 +85,27 @@ def test_intattention_kernel_compiles_to_clean_ptx():
         assert r["bad"] == [], r
         assert all(d.startswith(("div.rn.", "div.s64", "div.u64")) for d in r["div"]), r
         assert r["imma"] >= 2, r
+
+
+_CODES_SCRIPT = """
+import json, sys
+sys.path.insert(0, "scripts")
+from gpu_ptx_check import FORBIDDEN, _compile
+from lowprec.gpu.int8codes import _int8_codes_kernel
+sig = {"X": "*fp32", "SRC": "*i64", "S": "*fp32", "OUT": "*i8", "L": "i32", "D": "i32",
+       "s_b": "i32", "s_l": "i32"}
+ptx = _compile(_int8_codes_kernel, sig, {"BLOCK_L": 64, "BD": 128}, 4)
+print(json.dumps({"bad": [ln.strip() for ln in ptx.splitlines() if FORBIDDEN.search(ln)][:5],
+                  "div": ptx.count("div.rn.f64")}))
+"""
+
+
+def test_int8_codes_kernel_compiles_to_clean_ptx():
+    """The int8 codes kernel: IEEE float64 division, nothing forbidden."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, "-c", _CODES_SCRIPT], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rep = json.loads(res.stdout.strip().splitlines()[-1])
+    assert rep["bad"] == [] and rep["div"] >= 1, rep

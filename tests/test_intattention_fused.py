@@ -91,3 +91,30 @@ def test_fused_wide_index_product(fused_calls):
     st = both(q, k, v, "intattention", bits=8, causal=True)[1]
     assert max(int(c.max()) for c in st.c_int) * 255 >= 2**31
     assert len(fused_calls) == 1
+
+
+def test_int8_codes_kernel_ties_and_clamps():
+    """The one-pass int8 codes kernel equals ``clamp(RNE(fl64(x) / s), -127, 127)`` in
+    float64 torch operations: exact halves of both signs (to even), values past 127.5, a
+    subnormal scale (quotients far beyond int32), per-row and per-entry scales, entries read
+    through an index."""
+    from lowprec.gpu.int8codes import int8_codes
+    from lowprec.kernels.device_rows import codes
+
+    g = torch.Generator().manual_seed(5)
+    halves = torch.arange(-130, 131, dtype=torch.float64) + 0.5
+    x = torch.cat([halves, halves * 0.999999, torch.randn(500, generator=g, dtype=torch.float64)
+                   * 80, torch.tensor([0.0, -0.0, 1e30, -1e30])]).float()
+    n = x.numel()
+    X = x.reshape(1, n, 1).repeat(3, 1, 1).reshape(3, n, 1)
+    X = torch.cat([X, X * 0.37], dim=2).contiguous()  # (3, n, 2)
+    s_rows = torch.tensor([1.0, 0.25, 2.0**-140], dtype=torch.float32)[:, None].expand(3, n)
+    got = int8_codes(X, s_rows.contiguous())
+    want = codes(X, s_rows)
+    assert torch.equal(got.to(torch.float64), want)
+    src = torch.tensor([2, 0, 0, 1])
+    s_ent = torch.tensor([0.5, 3.0, 1.0, 2.0**-149], dtype=torch.float32)
+    got = int8_codes(X, s_ent, src)
+    want = codes(X[src], s_ent[:, None].expand(4, n))
+    assert torch.equal(got.to(torch.float64), want)
+    assert int((got == 127).sum()) > 0 and int((got == -127).sum()) > 0

@@ -258,13 +258,15 @@ class DeviceQKV:
     """int8 q, k, v of a :class:`DeviceProblem` (the twin of :class:`_int8.QKV8`).
 
     Attributes:
-        q8: float64 ``(B, Lq, d)`` holding the codes.
-        sq_row: float32 ``(B, Lq)``; sk, sv: float32 ``(B,)``.
-        groups, block, quantized, saturated: as ``QKV8``'s.
+        q8i: int8 ``(B, Lq, d)`` codes of q (:attr:`q8`: the same as float64).
+        sq_row: float32 ``(B, Lq)``; sk, sv: float32 ``(B,)``; host: their float32 host
+            copies ``{"sq_row", "sk", "sv"}`` (NumPy, read back with the finiteness check:
+            the call's one synchronisation).
+        groups, block, quantized: as ``QKV8``'s; saturated: int (``QKV8.saturated``).
         dp: the problem (the key/value codes of a chunk are made on demand: :meth:`k8t`).
     """
 
-    q8: Any
+    q8i: Any
     sq_row: Any
     sk: Any
     sv: Any
@@ -273,7 +275,13 @@ class DeviceQKV:
     quantized: int
     saturated: int
     dp: Any
+    host: dict | None = None
     _cache: dict | None = None
+
+    @property
+    def q8(self):
+        """float64 ``(B, Lq, d)``: q's codes (for float64 GEMMs)."""
+        return self.q8i.double()
 
     def _kv(self, g0: int, g1: int):
         key = (g0, g1)
@@ -285,23 +293,11 @@ class DeviceQKV:
             self._cache = {"key": key, "k8t": k8.transpose(1, 2), "v8": v8}
         return self._cache
 
-    def int8_kv(self, step: int = 1 << 26):
+    def int8_kv(self):
         """int8 ``(B, Lk, d)`` and ``(B, Lk, dv)``: k's and v's codes of every query entry
-        (its key/value head's codes under its own scales), made ``step`` elements at a
-        time."""
-        import torch
-
+        (its key/value head's codes under its own scale; :mod:`lowprec.gpu.int8codes`)."""
         dp = self.dp
-        B, Lk = dp.B, dp.Lk
-        k8 = torch.empty((B, Lk, dp.d), dtype=torch.int8, device=dp.device)
-        v8 = torch.empty((B, Lk, dp.dv), dtype=torch.int8, device=dp.device)
-        per = max(1, step // max(1, Lk * max(dp.d, dp.dv)))
-        for g0 in range(0, B, per):
-            g1 = min(B, g0 + per)
-            idx = dp.kv[g0:g1]
-            for x, s, o in ((dp.k, self.sk, k8), (dp.v, self.sv, v8)):
-                o[g0:g1] = codes(x[idx], s[g0:g1, None].expand(g1 - g0, Lk)).to(torch.int8)
-        return k8, v8
+        return int8_codes(dp.k, self.sk, dp.kv), int8_codes(dp.v, self.sv, dp.kv)
 
     def k8t(self, g0: int, g1: int):
         """float64 ``(g1 - g0, d, Lk)``: k's codes of entries ``g0 .. g1 - 1``, transposed."""
@@ -338,7 +334,6 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
     Lk = dp.Lk
     dev = dp.device
     if scope == "tensor":
-        _check_finite(dp)
         rows_q = torch.ones((B, Lq), dtype=torch.bool, device=dev)
         keys = torch.ones((B, Lk), dtype=torch.bool, device=dev)
         group = torch.zeros(B, dtype=torch.int64, device=dev) \
@@ -348,10 +343,6 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
         group = dp.sequences() if granularity == "per_tensor" else None
     aq = row_amax(dp.q)
     ak_kv, av_kv = row_amax(dp.k), row_amax(dp.v)
-    if scope != "tensor":
-        for name, a in (("q", aq), ("k", ak_kv), ("v", av_kv)):
-            if a.numel() and not bool(torch.isfinite(a).all()):
-                raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
     ak, av = ak_kv[dp.kv], av_kv[dp.kv]
     sk = entry_scales(scoped_amax(ak, keys, group))
     sv = entry_scales(scoped_amax(av, keys, group))
@@ -369,15 +360,48 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
     else:
         sq_row = entry_scales(scoped_amax(aq, rows_q, group))[:, None].expand(B, Lq)
     sq_row = sq_row.contiguous()
-    sat = _count_sat(dp.q, sq_row, rows_q)
-    for x, s in ((dp.k, sk), (dp.v, sv)):  # rare: a subnormal scale (tiny inputs)
-        sr = s[:, None].expand(B, Lk)
-        if keys.any() and float(sr[keys].min()) < _F32_MIN_NORMAL:
+    # the one read-back: q, k, v finite (an amax is NaN / Inf iff its rows hold one), the
+    # smallest scale of the rows and keys taking part (subnormal: count saturations), the
+    # scales themselves (host copies for the schemes' host-side steps)
+    inf = torch.full((1,), math.inf, dtype=torch.float64, device=dev)
+    fin = [torch.isfinite(a).all().reshape(1).double() if a.numel() else inf.new_ones(1)
+           for a in (aq, ak_kv, av_kv)]
+    low = [torch.where(seen, sc.double(), inf).amin().reshape(1) if seen.numel() else inf
+           for seen, sc in ((rows_q, sq_row), (keys.any(dim=1), sk), (keys.any(dim=1), sv))]
+    host = torch.cat(fin + low + [sq_row.reshape(-1).double(), sk.double(), sv.double()])
+    host = host.cpu().numpy()
+    for i, name in enumerate(("q", "k", "v")):
+        if host[i] != 1.0:
+            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
+    sat = _count_sat(dp.q, sq_row, rows_q) if host[3] < _F32_MIN_NORMAL else 0
+    for x, s, lo in ((dp.k, sk, host[4]), (dp.v, sv, host[5])):  # rare: a subnormal scale
+        if lo < _F32_MIN_NORMAL:
+            sr = s[:, None].expand(B, Lk)
             sat += sum(_count_sat(x[dp.kv[b]][None], sr[b:b + 1], keys[b:b + 1])
                        for b in range(B))
-    q8 = codes(dp.q, sq_row)
-    return DeviceQKV(q8=q8, sq_row=sq_row, sk=sk, sv=sv, groups=blocks, block=nblk,
-                     quantized=B * (Lq * d + Lk * d + Lk * dp.dv), saturated=sat, dp=dp)
+    n = B * Lq
+    hs = {"sq_row": host[6:6 + n].astype(np.float32).reshape(B, Lq),
+          "sk": host[6 + n:6 + n + B].astype(np.float32),
+          "sv": host[6 + n + B:6 + n + 2 * B].astype(np.float32)}
+    return DeviceQKV(q8i=int8_codes(dp.q, sq_row), sq_row=sq_row, sk=sk, sv=sv,
+                     groups=blocks, block=nblk, quantized=B * (Lq * d + Lk * d + Lk * dp.dv),
+                     saturated=sat, dp=dp, host=hs)
+
+
+def int8_codes(x, scales, src=None):
+    """int8 codes of float32 ``x`` (:func:`lowprec.gpu.int8codes.int8_codes`: CUDA tensors,
+    or CPU tensors under Triton's interpreter; otherwise :func:`codes` in torch operations)."""
+    import torch
+
+    from ..gpu._launch import interpreting
+
+    if x.is_cuda or interpreting():
+        from ..gpu.int8codes import int8_codes as kernel
+
+        return kernel(x, scales, src)
+    xs = x if src is None else x[src]
+    s = scales if scales.dim() == 2 else scales[:, None].expand(xs.shape[0], xs.shape[1])
+    return codes(xs, s).to(torch.int8)
 
 
 def out_rows(acc, sv, pmax: float):

@@ -48,6 +48,7 @@ from ._intattention_rows import (
     INT32_MAX,
     UINT16_MOD,
 )
+from ..gpu._launch import host_to_device
 from .device_rows import DeviceProblem, chunks, none_visible, out_rows, quantize_problem
 from .intattention import (
     BITS_DEFAULT,
@@ -166,7 +167,8 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
     dev = dp.device
     qz = quantize_problem(dp, gran, blk, scope)
     alpha_row = qz.sq_row.double() * qz.sk.double()[:, None] * dp.scale
-    alpha_h = alpha_row.cpu().numpy()
+    alpha_h = qz.host["sq_row"].astype(np.float64) * \
+        qz.host["sk"].astype(np.float64)[:, None] * dp.scale  # (the same IEEE products)
     cint_h = clip_threshold(alpha_h, cf, deploy=dep) if alpha_h.size else \
         np.zeros((B, Lq), dtype=np.int64)
     cint_h = np.asarray(cint_h, dtype=np.int64).reshape((B, Lq))
@@ -185,16 +187,16 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
                     f"index product (T * mult = {int(t) * int(mu)})")
         mult_h = mults[inv.reshape(-1)].reshape((B, Lq))
     tail_from = (Lk // NEON_LANES) * NEON_LANES if (dep and tail) else Lk
-    cint_t = torch.from_numpy(cint_h).to(dev)
-    mult_t = torch.from_numpy(mult_h).to(dev)
-    lut_t = torch.from_numpy(lut).to(dev)
+    cint_t = host_to_device(torch.from_numpy(cint_h), dev)
+    mult_t = host_to_device(torch.from_numpy(mult_h), dev)
+    lut_t = host_to_device(torch.from_numpy(lut), dev)
     iz = _iz(lut, nb)
     if _fused_ok(dp, dep):
         from ..gpu.index_attention import intattention_rows
 
         k8, v8 = qz.int8_kv()
         out, info_all = intattention_rows(
-            qz.q8.to(torch.int8), k8, v8, cint_t.to(torch.int32).contiguous(),
+            qz.q8i, k8, v8, host_to_device(torch.from_numpy(cint_h.astype(np.int32)), dev),
             lut_t.to(torch.int32), qz.sv.contiguous(), causal=dp.causal, mode=mode, nb=nb,
             iz=iz, pmax=pmax, c_max=int(cint_h.max()) if cint_h.size else 1)
         msat = 0
