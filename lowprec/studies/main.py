@@ -22,6 +22,11 @@
    the claims table; writes ``report.json``, ``summary.txt`` and the plots
    (:func:`write_plots`, matplotlib with the Agg backend) to the output folder.
 
+Every part is a :class:`~lowprec.studies.distributed.Plan` of independent units (one scheme
+on one workload, one tau, one scheme's perplexity run, ...); ``run_study(group=...)``
+(``lowprec study --distributed`` under ``torchrun``) spreads them over processes and rank 0
+assembles the same report (:mod:`lowprec.studies.distributed`).
+
 The SmolLM2 part reads *Alice's Adventures in Wonderland* (:func:`lowprec.torch.models.eval_text`):
 perplexity over 8 windows of 512 tokens with a bootstrap interval, the BAPS restart table at
 2048 tokens with 128 x 128 tiles and the critical set ``first+diagonal`` (tau 0, 1, 2) and its
