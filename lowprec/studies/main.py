@@ -577,17 +577,6 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         "machine": {**_machine(), "processes": group.size},
         "runs": {k: {"scheme": s, "options": o} for k, (s, o) in runs.items()},
     }
-    timings = {}
-    t0 = time.perf_counter()
-    if not group.main:  # rank 0 compiles; the others then load its kernels from the disk cache
-        group.barrier()
-    compiled = compile_kernels(list(runs), [], progress=progress)
-    if group.main:
-        group.barrier()
-    timings["compile"] = time.perf_counter() - t0
-    if compiled["compiled"]:
-        say(f"compiled {compiled['compiled']} Numba kernels in {timings['compile']:.0f} s "
-            "(cached for later runs)")
     parts = {"synthetic": comparison_plan(synthetic_workloads(quick, seed=seed), runs)}
     if any(s == "baps" and o.get("config") == "e2e_hif8" for s, o in runs.values()):
         parts["restart"] = restart_plan(TAUS, quick=quick)
@@ -605,6 +594,17 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         f"{', models ' + ', '.join(models) if models else ' (synthetic only)'}"
         f"{', the claims studies' if with_claims else ''}{', quick' if quick else ''}: "
         f"{len(units)} units" + (f" over {group.size} processes" if group.size > 1 else ""))
+    timings = {}
+    t0 = time.perf_counter()
+    if not group.main:  # rank 0 compiles; the others then load its kernels from the disk cache
+        group.barrier()
+    compiled = compile_kernels(list(runs), [], progress=progress)
+    if group.main:
+        group.barrier()
+    timings["compile"] = time.perf_counter() - t0
+    if compiled["compiled"]:
+        say(f"compiled {compiled['compiled']} Numba kernels in {timings['compile']:.0f} s "
+            "(cached for later runs)")
     if models:
         say(f"running the schemes on {', '.join(models)} (loading the models may take a "
             "minute)")
