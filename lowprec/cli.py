@@ -4,7 +4,9 @@
 ``lowprec formats NAME``   properties of one format and the value of each of its 256 codes
 ``lowprec study``          the main job: every attention scheme on the default workloads (and
                            the installed real models), accuracy and restart-rate tables, plots
-                           and a JSON report in ``--out`` (:mod:`lowprec.studies.main`)
+                           and a JSON report in ``--out`` (:mod:`lowprec.studies.main`);
+                           ``--distributed`` under ``torchrun`` spreads it over processes
+                           (:mod:`lowprec.studies.distributed`)
 ``lowprec bench``          speed ratios of the codecs and attention schemes against their peers
                            (:mod:`lowprec.studies.bench`)
 ``lowprec compile``        compile every Numba kernel ahead of time, so no first use stalls
@@ -170,11 +172,15 @@ def _cmd_study(args) -> int:
             extra = ", ".join(f"{k}={v}" for k, v in opts.items())
             print(f"{label:<24} scheme {scheme!r}{' (' + extra + ')' if extra else ''}")
         return 0
+    import os
+
+    main_rank = not args.distributed or os.environ.get("RANK", "0") == "0"
     try:  # fail early, before any work
         if args.seed < 0:
             raise ValueError(f"--seed must be >= 0, got {args.seed}")
         _check_schemes_arg(args.schemes)
-        check_output_dir(args.out)
+        if main_rank:  # (only rank 0 writes the report)
+            check_output_dir(args.out)
         selected = study.scheme_runs(args.schemes) if args.schemes else None
         study.resolve_models(args.model, quick=args.quick)
         lengths = _int_list(args.lengths, "--lengths", 2) if args.lengths else None
@@ -185,13 +191,29 @@ def _cmd_study(args) -> int:
         resample = resample or "auto"
         if args.restart_tokens is not None and args.restart_tokens < 2:
             raise ValueError(f"--restart-tokens must be >= 2, got {args.restart_tokens}")
+        group = None
+        if args.distributed:
+            from .studies import distributed
+
+            group = distributed.init()
     except (ValueError, ImportError) as e:
         return _fail("study", e)
-    study.run_study(args.model, list(selected) if selected else None, quick=args.quick,
-                    out=args.out, progress=not args.no_progress, plots=not args.no_plots,
-                    seed=args.seed, lengths=lengths, windows=args.windows,
-                    critical=args.critical, resample=resample,
-                    restart_tokens=args.restart_tokens)
+    import logging
+
+    log = logging.getLogger("lowprec")
+    level = log.level
+    if not main_rank:  # one compilation notice, from rank 0
+        log.setLevel(logging.WARNING)
+    try:
+        study.run_study(args.model, list(selected) if selected else None, quick=args.quick,
+                        out=args.out, progress=not args.no_progress, plots=not args.no_plots,
+                        seed=args.seed, lengths=lengths, windows=args.windows,
+                        critical=args.critical, resample=resample,
+                        restart_tokens=args.restart_tokens, group=group)
+    finally:
+        log.setLevel(level)
+        if group is not None:
+            distributed.finish(group)
     return 0
 
 
@@ -328,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--resample", metavar="UNIT",
                     help="perplexity bootstrap unit: auto (default: windows from 8 windows on, "
                          "else segments), window, or a segment length in tokens")
+    ps.add_argument("--distributed", action="store_true",
+                    help="spread the study's independent runs over the processes torchrun "
+                         "started (torch.distributed, gloo; one process per GPU): torchrun "
+                         "--nproc-per-node N -m lowprec.studies.distributed [these options]; "
+                         "rank 0 gathers the results and writes the same report as one "
+                         "process (docs/design.md)")
     ps.set_defaults(func=_cmd_study)
 
     pb = sub.add_parser(

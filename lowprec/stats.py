@@ -197,6 +197,20 @@ def sqnr(out, ref) -> float:
         return sqnr_db(float(np.sum(r * r)), float(np.sum(err * err)))
 
 
+def inner(a, b) -> float:
+    """``sum(a * b)`` of two arrays in float64, summed by NumPy's pairwise ``sum``, not BLAS:
+    a threaded BLAS splits a long dot product (OpenBLAS above 10,000 elements) between its
+    threads, so its bits would depend on the thread count, and a study report on how many
+    processes shared the machine (``lowprec.studies.distributed``)."""
+    return float(np.sum(np.asarray(a, dtype=np.float64) * np.asarray(b, dtype=np.float64)))
+
+
+def norm(x) -> float:
+    """The Euclidean norm ``sqrt(sum(x**2))`` in float64, summed as :func:`inner` (not
+    ``np.linalg.norm``, which calls BLAS)."""
+    return math.sqrt(inner(x, x))
+
+
 @dataclass
 class BapsStats(Stats):
     """Restart statistics of BAPS tiled attention (specs/attention.md sections 2 and 8).
@@ -377,4 +391,5 @@ def __getattr__(name: str):
     return cls
 
 
-__all__ = ["Stats", "BapsStats", "IntAttentionStats", "to_jsonable", "sqnr_db", "sqnr"]
+__all__ = ["Stats", "BapsStats", "IntAttentionStats", "to_jsonable", "sqnr_db", "sqnr", "inner",
+           "norm"]

@@ -1,7 +1,9 @@
-"""Shared pytest configuration: markers `slow`, `exhaustive`, `gpu`; the Triton interpreter.
+"""Shared pytest configuration: markers `slow`, `exhaustive`, `gpu`, `multigpu`; the Triton
+interpreter.
 
 `exhaustive` and `slow` tests are deselected by default (pyproject addopts); run them with
-`pytest -m exhaustive` or `pytest -m slow`.  `gpu` tests skip when no CUDA device is present.
+`pytest -m exhaustive` or `pytest -m slow`.  `gpu` tests skip when no CUDA device is present,
+`multigpu` tests when fewer than two are (`torch.cuda.device_count() < 2`).
 
 Triton interpreter (issue 14): on a machine without a CUDA GPU this file sets
 ``TRITON_INTERPRET=1`` before any test module is imported.  ``triton.jit`` reads that variable
@@ -37,13 +39,21 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def _cuda_devices() -> int:
+    if not HAS_CUDA:
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def pytest_collection_modifyitems(config, items):
-    if HAS_CUDA:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    n = _cuda_devices()
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and n < 1:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+        elif "multigpu" in item.keywords and n < 2:
+            item.add_marker(pytest.mark.skip(reason=f"needs two CUDA GPUs ({n} present)"))
 
 
 # --------------------------------------------------------------------------------------------

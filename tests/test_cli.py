@@ -242,7 +242,7 @@ def test_run_study_checks_out_before_any_work(bad, tmp_path, monkeypatch):
     """Issue 12 item 10: run_study(out=...) from Python fails at once, like the CLI."""
     (tmp_path / "a_file").write_text("x")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(study, "compare_schemes", lambda *a, **k: pytest.fail("work started"))
+    monkeypatch.setattr(study, "run_units", lambda *a, **k: pytest.fail("work started"))
     with pytest.raises(ValueError, match=r"^out '.*' (is not a writable folder|exists and is "
                                          r"not a folder)"):
         study.run_study("synthetic", ["flash"], quick=True, out=bad, progress=False,

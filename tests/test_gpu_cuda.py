@@ -186,9 +186,8 @@ def test_opcheck_on_cuda():
         torch.library.opcheck(op, args)
 
 
+@pytest.mark.multigpu
 def test_each_tensor_on_its_own_device():
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs two CUDA devices")
     x = torch.randn(1000)
     for i in range(2):
         y = lp.quantize(x.to(f"cuda:{i}"), "hif8", "stochastic", seed=1)

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..kernels import attention
 from ..kernels.problem import LOG2E
+from ..stats import norm
 
 #: What the paper reports (Table 4, NLP models, CWE-32K): ARR and PRR for tau = 0, 1, 2.
 PAPER_ARR_NLP = {0: 0.1086, 1: 0.0497, 2: 0.0250}
@@ -33,6 +34,8 @@ PAPER_PRR_NLP = {0: 0.9667, 1: 0.9130, 2: 0.8750}
 PAPER_RESTART_SHARE_NLP = 0.05
 ERROR_CONFIGS = ("default", "exp2_hif8", "e2e_hif8")
 LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+#: tile size (block_q = block_k) of the synthetic restart sweep (:func:`restart_vs_tau`)
+RESTART_TILE = 64
 
 
 def growing_max_inputs(L: int, *, Lq: int = 32, d: int = 64, heads: int = 2,
@@ -70,10 +73,11 @@ def _noise_sigma(noise: float, scale: float, n: int) -> float:
 
 
 def relative_error(out, ref) -> float:
-    """Frobenius relative error ``||out - ref|| / ||ref||`` in float64."""
+    """Frobenius relative error ``||out - ref|| / ||ref||`` in float64 (sums without BLAS:
+    :func:`lowprec.stats.norm`)."""
     out = np.asarray(out, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
-    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+    return norm(out - ref) / norm(ref)
 
 
 def error_accumulation(lengths=LENGTHS, configs=ERROR_CONFIGS, *, Lq: int = 32, d: int = 64,
@@ -181,8 +185,8 @@ def sink_recency_inputs(L: int = 1024, *, heads: int = 8, d: int = 64, sink=(3.0
 
 
 def restart_vs_tau(taus=(0, 1, 2, 3), *, L: int = 1024, heads: int = 16, d: int = 64,
-                   block_q: int = 64, block_k: int = 64, seeds=(0, 1), critical="first",
-                   compare=True, progress=None) -> dict:
+                   block_q: int = RESTART_TILE, block_k: int = RESTART_TILE, seeds=(0, 1),
+                   critical="first", compare=True, progress=None) -> dict:
     """Restart statistics of ``e2e_hif8`` against tau on sink + recency workloads.
 
     Args:
@@ -197,38 +201,72 @@ def restart_vs_tau(taus=(0, 1, 2, 3), *, L: int = 1024, heads: int = 16, d: int 
     Returns:
         ``{"taus", "arr", "prr", "per_head": {tau: rates array}, "error": {tau: rel. error},
         "naive_error": float}`` (errors only with ``compare``).
+
+    The pieces (:func:`restart_inputs`, :func:`restart_at_tau`, :func:`naive_restart_error`,
+    :func:`restart_result`) are the units ``lowprec study`` spreads over processes.
     """
-    arr, prr, per_head, err = [], [], {}, {}
-    naive = 0.0
+    inputs, refs = restart_inputs(L, heads=heads, d=d, seeds=seeds, compare=compare)
+    total = len(taus) * len(seeds)
+    per_tau = []
+    for j, tau in enumerate(taus):
+        per_tau.append(restart_at_tau(tau, inputs, refs, block_q=block_q, block_k=block_k,
+                                      critical=critical))
+        if progress is not None:
+            progress((j + 1) * len(seeds), total)
+    naive = naive_restart_error(inputs, refs, block_q=block_q, block_k=block_k) \
+        if compare else None
+    return restart_result(taus, per_tau, naive, L=L, heads=heads, seeds=seeds, block_k=block_k)
+
+
+def restart_inputs(L: int, *, heads: int, d: int = 64, seeds=(0, 1), compare=True):
+    """``(inputs, refs)`` of :func:`restart_vs_tau`: ``(q, k, v)`` per seed and their float64
+    attention (None without ``compare``)."""
     inputs = [sink_recency_inputs(L, heads=heads, d=d, seed=s)[:3] for s in seeds]
     refs = ([attention(*(a.astype(np.float64) for a in x), "reference", causal=True)
              for x in inputs] if compare else None)
-    total, done = len(taus) * len(seeds), 0
-    for tau in taus:
-        st, e = 0, 0.0
-        for i, (q, k, v) in enumerate(inputs):
-            out, s = attention(q, k, v, "baps", config="e2e_hif8", tau=tau, causal=True,
-                               critical=critical, block_q=block_q, block_k=block_k,
-                               return_stats=True)
-            st = s + st
-            if compare:
-                e += relative_error(out, refs[i])
-            done += 1
-            if progress is not None:
-                progress(done, total)
-        arr.append(st.restart_rate)
-        prr.append(st.peak_restart_rate)
-        per_head[tau] = st.rates()
-        err[tau] = e / len(inputs)
-    res = {"taus": list(taus), "arr": arr, "prr": prr, "per_head": per_head, "L": L,
-           "heads": heads, "seeds": list(seeds), "block_k": block_k}
-    if compare:
-        for i, (q, k, v) in enumerate(inputs):
-            out = attention(q, k, v, "baps", config="naive_e2e", causal=True, block_q=block_q,
-                            block_k=block_k)
-            naive += relative_error(out, refs[i])
-        res["error"] = err
-        res["naive_error"] = naive / len(inputs)
+    return inputs, refs
+
+
+def restart_at_tau(tau, inputs, refs, *, block_q: int = RESTART_TILE,
+                   block_k: int = RESTART_TILE, critical="first") -> dict:
+    """One tau of :func:`restart_vs_tau`: ``{"arr", "prr", "per_head"}`` over the calls of
+    ``inputs`` and, with ``refs``, ``"error"`` (mean relative error against them)."""
+    st, e = 0, 0.0
+    for i, (q, k, v) in enumerate(inputs):
+        out, s = attention(q, k, v, "baps", config="e2e_hif8", tau=tau, causal=True,
+                           critical=critical, block_q=block_q, block_k=block_k,
+                           return_stats=True)
+        st = s + st
+        if refs is not None:
+            e += relative_error(out, refs[i])
+    res = {"arr": st.restart_rate, "prr": st.peak_restart_rate, "per_head": st.rates()}
+    if refs is not None:
+        res["error"] = e / len(inputs)
+    return res
+
+
+def naive_restart_error(inputs, refs, *, block_q: int = RESTART_TILE,
+                        block_k: int = RESTART_TILE) -> float:
+    """Mean relative error of ``naive_e2e`` (no restart) against ``refs`` over ``inputs``."""
+    naive = 0.0
+    for i, (q, k, v) in enumerate(inputs):
+        out = attention(q, k, v, "baps", config="naive_e2e", causal=True, block_q=block_q,
+                        block_k=block_k)
+        naive += relative_error(out, refs[i])
+    return naive / len(inputs)
+
+
+def restart_result(taus, per_tau: list, naive: float | None, *, L: int, heads: int, seeds,
+                   block_k: int) -> dict:
+    """:func:`restart_vs_tau`'s result from :func:`restart_at_tau` of each tau (in order) and
+    :func:`naive_restart_error` (None without the comparison)."""
+    res = {"taus": list(taus), "arr": [r["arr"] for r in per_tau],
+           "prr": [r["prr"] for r in per_tau],
+           "per_head": {t: r["per_head"] for t, r in zip(taus, per_tau, strict=True)},
+           "L": L, "heads": heads, "seeds": list(seeds), "block_k": block_k}
+    if naive is not None:
+        res["error"] = {t: r["error"] for t, r in zip(taus, per_tau, strict=True)}
+        res["naive_error"] = naive
     return res
 
 
@@ -260,5 +298,7 @@ def format_restart_vs_tau(res: dict) -> str:
 
 
 __all__ = ["error_accumulation", "format_error_accumulation", "growing_max_inputs",
-           "restart_vs_tau", "format_restart_vs_tau", "sink_recency_inputs", "rate_histogram",
-           "relative_error", "PAPER_ARR_NLP", "PAPER_PRR_NLP", "PAPER_RESTART_SHARE_NLP"]
+           "restart_vs_tau", "restart_inputs", "restart_at_tau", "naive_restart_error",
+           "restart_result", "format_restart_vs_tau", "sink_recency_inputs", "rate_histogram",
+           "relative_error", "RESTART_TILE", "PAPER_ARR_NLP", "PAPER_PRR_NLP",
+           "PAPER_RESTART_SHARE_NLP"]

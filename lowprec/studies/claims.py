@@ -210,24 +210,43 @@ def synthetic_results(quick: bool = False, seeds=QFLASH_SEEDS) -> dict:
         "table9": IntAttention table9 result, "hccs": kl_study result, "fig2": error
         accumulation result, "exp2": exp2_comparison result, "quick": bool}``.
     """
+    return synthetic_plan(quick, seeds).run()
+
+
+def synthetic_plan(quick: bool = False, seeds=QFLASH_SEEDS):
+    """:func:`synthetic_results` as a :class:`~lowprec.studies.distributed.Plan`: one unit per
+    QFlash seed (key ``("claims", "qflash", seed)``) and one per other study (``("claims",
+    "intflash")``, ``"table9"``, ``"hccs"``, ``"fig2"``, ``"exp2"``)."""
+    from .distributed import Plan, Unit
+
     seeds = tuple(seeds)[:2] if quick else tuple(seeds)
     batch = 1 if quick else 8
-    qf: dict = {}
-    for s in seeds:
-        t4 = _qf.table4(batch=batch, seed=s, columns=tuple(_qf.PAPER_TABLE4))
-        for w, row in t4["rows"].items():
-            for col, m in row.items():
-                qf.setdefault(col, {}).setdefault(w, []).append(m["sqnr"])
-    intflash = _if.mre_vs_fp8((1024,), ("normal", "uniform"),
-                              n_query=32 if quick else 128)
-    t9 = _ia.table9(("structured",), heads=2 if quick else 8, L=128 if quick else 256)
-    kl = _hccs.kl_study(calib_samples=4 if quick else 16, eval_samples=4 if quick else 16)
     lengths = (512, 2048) if quick else (512, 8192)
-    fig2 = _baps.error_accumulation(lengths, heads=1 if quick else 2)
-    ex = _exp2.exp2_comparison(lengths[-1:], _exp2.SPREADS, heads=1 if quick else 4)
-    return {"qflash": qf, "qflash_seeds": list(seeds), "qflash_batch": batch,
-            "intflash": intflash, "table9": t9, "hccs": kl, "fig2": fig2, "exp2": ex,
-            "quick": quick}
+    studies = {
+        "intflash": lambda: _if.mre_vs_fp8((1024,), ("normal", "uniform"),
+                                           n_query=32 if quick else 128),
+        "table9": lambda: _ia.table9(("structured",), heads=2 if quick else 8,
+                                     L=128 if quick else 256),
+        "hccs": lambda: _hccs.kl_study(calib_samples=4 if quick else 16,
+                                       eval_samples=4 if quick else 16),
+        "fig2": lambda: _baps.error_accumulation(lengths, heads=1 if quick else 2),
+        "exp2": lambda: _exp2.exp2_comparison(lengths[-1:], _exp2.SPREADS,
+                                              heads=1 if quick else 4),
+    }
+    units = [Unit(("claims", "qflash", s), lambda s=s: _qf.table4(
+        batch=batch, seed=s, columns=tuple(_qf.PAPER_TABLE4))) for s in seeds]
+    units += [Unit(("claims", name), fn) for name, fn in studies.items()]
+
+    def assemble(res: dict) -> dict:
+        qf: dict = {}
+        for s in seeds:
+            for w, row in res[("claims", "qflash", s)]["rows"].items():
+                for col, m in row.items():
+                    qf.setdefault(col, {}).setdefault(w, []).append(m["sqnr"])
+        return {"qflash": qf, "qflash_seeds": list(seeds), "qflash_batch": batch,
+                **{name: res[("claims", name)] for name in studies}, "quick": quick}
+
+    return Plan(units, assemble)
 
 
 def _ours(claim: Claim, report: dict | None, syn: dict | None):
@@ -491,8 +510,9 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["Claim", "CLAIMS", "VERDICTS", "verdict", "synthetic_results", "claims_from_report",
-           "verdict_counts", "format_claims", "claims_markdown", "write_claims", "main"]
+__all__ = ["Claim", "CLAIMS", "VERDICTS", "verdict", "synthetic_results", "synthetic_plan",
+           "claims_from_report", "verdict_counts", "format_claims", "claims_markdown",
+           "write_claims", "main"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -29,6 +29,7 @@ import numpy as np
 from ..formats import api as _fmt
 from ..kernels import attention
 from ..kernels import intattention as _ia
+from ..stats import inner, norm
 
 #: Table 9 of the paper (P quantisation formats against the FP16 baseline).
 PAPER_TABLE9 = {
@@ -79,10 +80,10 @@ def metrics(x, want) -> dict:
     b = np.asarray(want, dtype=np.float64).reshape(-1)
     diff = a - b
     return {
-        "cos": float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))),
+        "cos": inner(a, b) / (norm(a) * norm(b)),
         "rel_l1": float(np.abs(diff).sum() / np.abs(b).sum()),
         "rmse": float(np.sqrt(np.mean(diff * diff))),
-        "rel_l2": float(np.linalg.norm(diff) / np.linalg.norm(b)),
+        "rel_l2": norm(diff) / norm(b),
     }
 
 

@@ -22,6 +22,11 @@
    the claims table; writes ``report.json``, ``summary.txt`` and the plots
    (:func:`write_plots`, matplotlib with the Agg backend) to the output folder.
 
+Every part is a :class:`~lowprec.studies.distributed.Plan` of independent units (one scheme
+on one workload, one tau, one scheme's perplexity run, ...); ``run_study(group=...)``
+(``lowprec study --distributed`` under ``torchrun``) spreads them over processes and rank 0
+assembles the same report (:mod:`lowprec.studies.distributed`).
+
 The SmolLM2 part reads *Alice's Adventures in Wonderland* (:func:`lowprec.torch.models.eval_text`):
 perplexity over 8 windows of 512 tokens with a bootstrap interval, the BAPS restart table at
 2048 tokens with 128 x 128 tiles and the critical set ``first+diagonal`` (tau 0, 1, 2) and its
@@ -38,14 +43,16 @@ import os
 import platform
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from ..kernels import attention, scheme_records
-from ..stats import sqnr, to_jsonable
+from ..stats import inner, norm, sqnr, to_jsonable
 from . import baps as _baps
 from . import intattention as _ia
+from .distributed import SINGLE, Group, Plan, Unit, run_units
 
 DEFAULT_OUT = "lowprec-study"
 #: ``--model`` choices: auto = the real models that are installed, else synthetic only.
@@ -169,10 +176,10 @@ def accuracy_metrics(out, ref) -> dict:
         return {"rel_l2": math.inf, "cos": math.nan, "sqnr_db": -math.inf,
                 "max_abs": math.inf, "nonfinite": int(np.count_nonzero(~np.isfinite(a)))}
     d = a - b
-    nd, nb = float(np.linalg.norm(d)), float(np.linalg.norm(b))
+    nd, nb = norm(d), norm(b)
     rel = nd / nb
     return {"rel_l2": rel,
-            "cos": float(a @ b / (np.linalg.norm(a) * nb)),
+            "cos": inner(a, b) / (norm(a) * nb),
             "sqnr_db": sqnr(a, b),
             "max_abs": float(np.max(np.abs(d))) if d.size else 0.0,
             "nonfinite": 0}
@@ -220,31 +227,46 @@ def compare_schemes(workloads: dict, runs: dict | None = None, *, progress: bool
         >>> res["rows"]["flash"]["decoder"]["rel_l2"] < 1e-5
         True
     """
+    return comparison_plan(workloads, runs).run(progress=progress, desc="schemes")
+
+
+def comparison_plan(workloads: dict, runs: dict | None = None) -> Plan:
+    """:func:`compare_schemes` as a :class:`~lowprec.studies.distributed.Plan`: one unit per
+    (workload, run), key ``("synthetic", workload, label)``, workloads outer.  A process
+    computes a workload's float64 attention once, at its first unit of that workload."""
     runs = scheme_runs() if runs is None else runs
-    rows: dict = {label: {} for label in runs}
-    bar = _bar(len(runs) * len(workloads), "schemes", progress)
-    for wname, w in workloads.items():
+    refs: dict = {}
+
+    def one(wname: str, scheme: str, opts: dict) -> dict:
+        w = workloads[wname]
         q, k, v, causal = w["q"], w["k"], w["v"], w["causal"]
-        ref = attention(*(a.astype(np.float64) for a in (q, k, v)), "reference", causal=causal)
-        for label, (scheme, opts) in runs.items():
-            bar.set_postfix_str(f"{wname}: {label}")
-            t0 = time.perf_counter()
-            try:
-                out, st = attention(q, k, v, scheme, causal=causal, return_stats=True, **opts)
-            except (ValueError, FloatingPointError, OverflowError) as e:
-                rows[label][wname] = {"error": f"{type(e).__name__}: {e}"}
-                bar.update()
-                continue
-            m = accuracy_metrics(out, ref)
-            m["seconds"] = time.perf_counter() - t0
-            if scheme == "baps" and hasattr(st, "restart_rate"):
-                # None (null in report.json, "-" in the table) where no restart test ran
-                m["restart_rate"] = st.restart_rate
-                m["peak_restart_rate"] = st.peak_restart_rate
-            rows[label][wname] = m
-            bar.update()
-    bar.close()
-    return {"workloads": {n: w["description"] for n, w in workloads.items()}, "rows": rows}
+        if wname not in refs:
+            refs[wname] = attention(*(a.astype(np.float64) for a in (q, k, v)), "reference",
+                                    causal=causal)
+        t0 = time.perf_counter()
+        try:
+            out, st = attention(q, k, v, scheme, causal=causal, return_stats=True, **opts)
+        except (ValueError, FloatingPointError, OverflowError) as e:
+            return {"error": f"{type(e).__name__}: {e}"}
+        m = accuracy_metrics(out, refs[wname])
+        m["seconds"] = time.perf_counter() - t0
+        if scheme == "baps" and hasattr(st, "restart_rate"):
+            # None (null in report.json, "-" in the table) where no restart test ran
+            m["restart_rate"] = st.restart_rate
+            m["peak_restart_rate"] = st.peak_restart_rate
+        return m
+
+    def assemble(res: dict) -> dict:
+        rows: dict = {label: {} for label in runs}
+        for wname in workloads:
+            for label in runs:
+                rows[label][wname] = res[("synthetic", wname, label)]
+        return {"workloads": {n: w["description"] for n, w in workloads.items()},
+                "rows": rows}
+
+    units = [Unit(("synthetic", wname, label), partial(one, wname, scheme, opts))
+             for wname in workloads for label, (scheme, opts) in runs.items()]
+    return Plan(units, assemble)
 
 
 def restart_sweep(taus=TAUS, *, quick: bool = False, progress: bool = False) -> dict:
@@ -254,19 +276,32 @@ def restart_sweep(taus=TAUS, *, quick: bool = False, progress: bool = False) -> 
     Returns:
         :func:`~lowprec.studies.baps.restart_vs_tau`'s result, ``per_head`` as lists.
     """
+    return restart_plan(taus, quick=quick).run(progress=progress, desc="restart vs tau")
+
+
+def restart_plan(taus=TAUS, *, quick: bool = False) -> Plan:
+    """:func:`restart_sweep` as a :class:`~lowprec.studies.distributed.Plan`: one unit per tau
+    (key ``("restart", tau)``) and one for ``naive_e2e`` (``("restart", "naive")``); a process
+    builds the inputs and their float64 attention once, at its first unit."""
     sz = SIZES["restart"][0 if quick else 1]
-    bar = _bar(len(taus) * len(sz["seeds"]), "restart vs tau", progress)
-    last = [0]
+    data: list = []
 
-    def tick(done, total):
-        bar.update(done - last[0])
-        last[0] = done
+    def inputs():
+        if not data:
+            data.extend(_baps.restart_inputs(sz["L"], heads=sz["heads"], seeds=sz["seeds"]))
+        return data
 
-    res = _baps.restart_vs_tau(taus, L=sz["L"], heads=sz["heads"], seeds=sz["seeds"],
-                               progress=tick)
-    bar.close()
-    res["per_head"] = {t: np.asarray(r).tolist() for t, r in res["per_head"].items()}
-    return res
+    def assemble(res: dict) -> dict:
+        out = _baps.restart_result(taus, [res[("restart", t)] for t in taus],
+                                   res[("restart", "naive")], L=sz["L"], heads=sz["heads"],
+                                   seeds=sz["seeds"], block_k=_baps.RESTART_TILE)
+        out["per_head"] = {t: np.asarray(r).tolist() for t, r in out["per_head"].items()}
+        return out
+
+    units = [Unit(("restart", t), lambda t=t: _baps.restart_at_tau(t, *inputs()))
+             for t in taus]
+    units.append(Unit(("restart", "naive"), lambda: _baps.naive_restart_error(*inputs())))
+    return Plan(units, assemble)
 
 
 # ----------------------------------------------------------------------------------------
@@ -321,6 +356,8 @@ def resolve_models(model: str = "auto", *, quick: bool = False) -> list[str]:
 #: (three times slower; perplexity 7.9 times float32's) runs with ``--schemes hccs``
 PPL_DEFAULT_RUNS = ("baps/e2e_hif8", "baps/naive_e2e", "intflash/full", "qflash",
                     "intattention", "quant_only")
+#: the key of each part's time in ``report["seconds"]``, where it is not the part's own key
+_TIMING = {"claims_synthetic": "claims"}
 #: model study sizes: (quick, default)
 MODEL_SIZES = {
     "perplexity": ({"lengths": (64,), "windows": 2}, {"lengths": (512,), "windows": 8}),
@@ -369,6 +406,24 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
         "restart_rates": ..., "restart_16x16": ...}, "minilm": {"cosine": ..., "hccs_kl":
         ...}}`` (the models present), each value the model study function's result.
     """
+    return model_plan(names, runs, quick=quick, taus=taus, progress=progress, lengths=lengths,
+                      windows=windows, all_runs=all_runs, critical=critical,
+                      resample=resample, restart_tokens=restart_tokens).run(
+        progress=progress, desc="models")
+
+
+def model_plan(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1, 2),
+               progress: bool = False, lengths=None, windows=None, all_runs: bool = False,
+               critical=None, resample="auto", restart_tokens: int | None = None) -> Plan:
+    """:func:`model_study` as a :class:`~lowprec.studies.distributed.Plan` (same arguments).
+
+    Units (keys): per SmolLM2 window length the float32 run (``("models", "smollm2", key,
+    "float32")``) and one per scheme run (``(..., key, label)``; ``key`` is ``perplexity`` or
+    ``perplexity_<L>``), the bootstrap intervals being computed when the result is assembled;
+    one per tau of the restart study (``("models", "smollm2", "restart_rates", tau)``) and of
+    its 16 x 16 variant; per MiniLM scheme run (``("models", "minilm", "cosine", label)``);
+    the HCCS calibration (``("models", "minilm", "hccs_kl")``).  A process loads each model
+    once (``load_model`` keeps it) and computes the float32 MiniLM embeddings once."""
     from . import models as _models
 
     if not progress:
@@ -387,40 +442,55 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
     if not all_runs:
         ppl_runs = {k: v for k, v in runs.items() if k in PPL_DEFAULT_RUNS} or dict(runs)
     with_baps = any(s == "baps" and o.get("config") == "e2e_hif8" for s, o in runs.values())
-    tasks = []
+    units: list[Unit] = []
+    parts: list = []  # (name, key, assemble(results))
     for n in names:
         if n == "smollm2":
-            tasks += [(n, "perplexity" if j == 0 else f"perplexity_{L}", L)
-                      for j, L in enumerate(lengths)]
+            for j, L in enumerate(lengths):
+                key = "perplexity" if j == 0 else f"perplexity_{L}"
+                where = {"max_tokens": L, "windows": windows}
+                pre = ("models", n, key)
+                units.append(Unit(pre + ("float32",),
+                                  partial(_models.perplexity_float32, **where)))
+                units += [Unit(pre + (label,), partial(_models.perplexity_run, scheme, opts,
+                                                       **where))
+                          for label, (scheme, opts) in ppl_runs.items()]
+                parts.append((n, key, lambda res, pre=pre, L=L: _models.perplexity_result(
+                    ppl_runs, res[pre + ("float32",)],
+                    {label: res[pre + (label,)] for label in ppl_runs}, max_tokens=L,
+                    resample=resample)))
             if with_baps:
-                tasks += [(n, "restart_rates", None), (n, "restart_16x16", None)]
+                for key, ts, size in (("restart_rates", tuple(taus), "restart"),
+                                      ("restart_16x16", (1,), "restart_16x16")):
+                    rz = MODEL_SIZES[size][i]
+                    where = {"max_tokens": restart_tokens or rz["tokens"], "block": rz["block"],
+                             "critical": critical}
+                    pre = ("models", n, key)
+                    units += [Unit(pre + (t,), partial(_models.restart_rates_at, t, **where))
+                              for t in ts]
+                    parts.append((n, key, lambda res, pre=pre, ts=ts, where=where:
+                                  _models.restart_rates_result({t: res[pre + (t,)] for t in ts},
+                                                               where)))
         else:
-            tasks += [(n, "cosine", None), (n, "hccs_kl", None)]
-    bar = _bar(len(tasks), "models", progress)
-    res: dict = {}
-    for name, key, L in tasks:
-        bar.set_postfix_str(f"{name} {key}")
-        if key.startswith("perplexity"):
-            val = _models.smollm2_perplexity(ppl_runs, max_tokens=L, windows=windows,
-                                             resample=resample)
-        elif key == "restart_rates":
-            rz = MODEL_SIZES["restart"][i]
-            val = _models.smollm2_restart_rates(tuple(taus),
-                                                max_tokens=restart_tokens or rz["tokens"],
-                                                block=rz["block"], critical=critical)
-        elif key == "restart_16x16":
-            rz = MODEL_SIZES["restart_16x16"][i]
-            val = _models.smollm2_restart_rates((1,),
-                                                max_tokens=restart_tokens or rz["tokens"],
-                                                block=rz["block"], critical=critical)
-        elif key == "hccs_kl":
-            val = _models.hccs_minilm_kl(quick=quick)
-        else:
-            val = _models.minilm_cosine(dict(runs), quick=quick)
-        res.setdefault(name, {})[key] = val
-        bar.update()
-    bar.close()
-    return res
+            sents = _models.minilm_sentences(quick=quick)
+            pre = ("models", n, "cosine")
+            units += [Unit(pre + (label,), partial(_models.minilm_cosine_run, scheme, opts,
+                                                   sents))
+                      for label, (scheme, opts) in runs.items()]
+            parts.append((n, "cosine", lambda res, pre=pre, sents=sents:
+                          _models.minilm_cosine_result(sents, {label: res[pre + (label,)]
+                                                               for label in runs})))
+            units.append(Unit(("models", n, "hccs_kl"),
+                              partial(_models.hccs_minilm_kl, quick=quick)))
+            parts.append((n, "hccs_kl", lambda res, n=n: res[("models", n, "hccs_kl")]))
+
+    def assemble(res: dict) -> dict:
+        out: dict = {}
+        for name, key, build in parts:
+            out.setdefault(name, {})[key] = build(res)
+        return out
+
+    return Plan(units, assemble)
 
 
 # ----------------------------------------------------------------------------------------
@@ -431,7 +501,8 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
               out: str | os.PathLike | None = DEFAULT_OUT, progress: bool = True,
               plots: bool = True, seed: int = 0, echo=print, lengths=None,
               windows: int | None = None, critical=None, resample="auto",
-              claims: bool | None = None, restart_tokens: int | None = None) -> dict:
+              claims: bool | None = None, restart_tokens: int | None = None,
+              group: Group | None = None) -> dict | None:
     """The main job: every scheme on the study's workloads, tables, plots and a JSON report.
 
     Args:
@@ -455,12 +526,21 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
         claims: run the synthetic studies of the claims table
             (:func:`lowprec.studies.claims.synthetic_results`, a minute or two); default: not
             with ``quick`` (the table then lists those claims as "not run").
+        group: the processes to spread the study over
+            (:func:`lowprec.studies.distributed.init`, under ``torchrun``); None: this one.
+            The study's independent units (one scheme on one workload, one tau, one scheme's
+            perplexity run, ...) are split round-robin over the ranks and their results
+            gathered to rank 0, which builds the same report as one process would (only the
+            times and ``machine`` differ), prints it and writes the files.
 
     With ``schemes=None`` the SmolLM2 perplexity runs only :data:`PPL_DEFAULT_RUNS` (one run of
     each pipeline family); naming schemes runs those.
 
     Returns:
-        The report dict (what ``report.json`` holds, with a ``"files"`` list).
+        The report dict (what ``report.json`` holds, with a ``"files"`` list); None on the
+        ranks other than 0.  ``report["seconds"]``: ``compile`` and ``total`` are wall times,
+        ``synthetic``, ``restart``, ``models`` and ``claims`` the sums of their units' times
+        (over every rank).
 
     Before any work the output folder is checked (created, and a file written in it) and the
     selected schemes' Numba kernels are compiled or loaded from the disk cache
@@ -479,55 +559,62 @@ def run_study(model: str = "auto", schemes=None, *, quick: bool = False,
     from ..cli import check_output_dir
     from ..compile import compile_kernels
 
+    group = SINGLE if group is None else group
     t_start = time.perf_counter()
     runs = scheme_runs(schemes)
     models = resolve_models(model, quick=quick)
-    if out is not None:
+    if out is not None and group.main:
         check_output_dir(out, "out")
-    say = echo or (lambda *a, **k: None)
-    say(f"lowprec study: {len(runs)} scheme runs, workloads decoder/encoder/uniform"
-        f"{', models ' + ', '.join(models) if models else ' (synthetic only)'}"
-        f"{', quick' if quick else ''}")
+    say = (echo or (lambda *a, **k: None)) if group.main else (lambda *a, **k: None)
+    progress = progress and group.main
+    with_claims = (not quick) if claims is None else claims
     report: dict = {
         "lowprec_study": 1,
         "settings": {"model": model, "models": models, "schemes": list(runs), "quick": quick,
                      "seed": seed, "lengths": list(lengths) if lengths else None,
                      "windows": windows, "critical": critical, "resample": resample,
                      "restart_tokens": restart_tokens},
-        "machine": _machine(),
+        "machine": {**_machine(), "processes": group.size},
         "runs": {k: {"scheme": s, "options": o} for k, (s, o) in runs.items()},
     }
+    parts = {"synthetic": comparison_plan(synthetic_workloads(quick, seed=seed), runs)}
+    if any(s == "baps" and o.get("config") == "e2e_hif8" for s, o in runs.values()):
+        parts["restart"] = restart_plan(TAUS, quick=quick)
+    if models:
+        parts["models"] = model_plan(models, runs, quick=quick, progress=progress,
+                                     lengths=lengths, windows=windows,
+                                     all_runs=schemes is not None, critical=critical,
+                                     resample=resample, restart_tokens=restart_tokens)
+    if with_claims:
+        from . import claims as _claims
+
+        parts["claims_synthetic"] = _claims.synthetic_plan(quick=quick)
+    units = [u for plan in parts.values() for u in plan.units]
+    say(f"lowprec study: {len(runs)} scheme runs, workloads decoder/encoder/uniform"
+        f"{', models ' + ', '.join(models) if models else ' (synthetic only)'}"
+        f"{', the claims studies' if with_claims else ''}{', quick' if quick else ''}: "
+        f"{len(units)} units" + (f" over {group.size} processes" if group.size > 1 else ""))
     timings = {}
     t0 = time.perf_counter()
+    if not group.main:  # rank 0 compiles; the others then load its kernels from the disk cache
+        group.barrier()
     compiled = compile_kernels(list(runs), [], progress=progress)
+    if group.main:
+        group.barrier()
     timings["compile"] = time.perf_counter() - t0
     if compiled["compiled"]:
         say(f"compiled {compiled['compiled']} Numba kernels in {timings['compile']:.0f} s "
             "(cached for later runs)")
-    t0 = time.perf_counter()
-    report["synthetic"] = compare_schemes(synthetic_workloads(quick, seed=seed), runs,
-                                          progress=progress)
-    timings["synthetic"] = time.perf_counter() - t0
-    if any(s == "baps" and o.get("config") == "e2e_hif8" for s, o in runs.values()):
-        t0 = time.perf_counter()
-        report["restart"] = restart_sweep(TAUS, quick=quick, progress=progress)
-        timings["restart"] = time.perf_counter() - t0
     if models:
-        t0 = time.perf_counter()
         say(f"running the schemes on {', '.join(models)} (loading the models may take a "
             "minute)")
-        report["models"] = model_study(models, runs, quick=quick, progress=progress,
-                                       lengths=lengths, windows=windows,
-                                       all_runs=schemes is not None, critical=critical,
-                                       resample=resample, restart_tokens=restart_tokens)
-        timings["models"] = time.perf_counter() - t0
-    if (not quick) if claims is None else claims:
-        from . import claims as _claims
-
-        t0 = time.perf_counter()
-        say("running the synthetic studies of the claims table")
-        report["claims_synthetic"] = _claims.synthetic_results(quick=quick)
-        timings["claims"] = time.perf_counter() - t0
+    unit_seconds: dict = {}
+    results = run_units(units, group, progress=progress, desc="study", seconds=unit_seconds)
+    if results is None:
+        return None
+    for name, plan in parts.items():
+        report[name] = plan.assemble(results)
+        timings[_TIMING.get(name, name)] = sum(unit_seconds[u.key] for u in plan.units)
     timings["total"] = time.perf_counter() - t_start
     report["seconds"] = timings
     text = format_report(report)
@@ -936,7 +1023,8 @@ def plot_model_restarts(res: dict):
 
 
 __all__ = ["run_study", "scheme_runs", "synthetic_workloads", "compare_schemes",
-           "restart_sweep", "resolve_models", "model_study", "accuracy_metrics",
+           "comparison_plan", "restart_sweep", "restart_plan", "resolve_models", "model_study",
+           "model_plan", "accuracy_metrics",
            "format_accuracy", "format_report", "format_summary", "write_plots", "plot_accuracy",
            "plot_restart_vs_tau", "plot_rate_histograms", "plot_perplexity", "plot_cosine",
            "plot_model_restarts", "to_jsonable", "DEFAULT_OUT",

@@ -32,6 +32,7 @@ stays light.  ``format_*`` functions turn each result into a printable table.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
@@ -168,40 +169,72 @@ def minilm_cosine(schemes=None, *, sentences=None, quick: bool = False,
         >>> res["schemes"]["baps e2e_hif8 tau=1"]["cos_min"] > 0.98
         True
     """
-    import torch
-
-    from ..torch import emulate
-    from ..torch.models import load_model, mean_pool
-
     if schemes is None and quick:
         schemes = list(QUICK_SCHEMES)
     cfg = _resolve(schemes)
-    sents = list(sentences) if sentences is not None else \
+    sents = minilm_sentences(sentences, quick)
+    return minilm_cosine_result(sents, {label: minilm_cosine_run(scheme, opts, sents,
+                                                                 reference=reference)
+                                        for label, (scheme, opts) in cfg.items()})
+
+
+def minilm_sentences(sentences=None, quick: bool = False) -> list[str]:
+    """The sentences of :func:`minilm_cosine`: ``sentences``, else the first 16 (``quick``: 4)
+    of the sample text."""
+    return list(sentences) if sentences is not None else \
         sentences_of(count=4 if quick else MINILM_SENTENCES)
+
+
+@functools.lru_cache(maxsize=4)
+def _minilm_setup(sentences: tuple):
+    """``(model, batch, float32 embeddings, header)`` of one padded batch (once per process:
+    every scheme of :func:`minilm_cosine` compares with the same float32 run)."""
+    import torch
+
+    from ..torch.models import load_model, mean_pool
+
     model, tok = load_model("minilm")
-    batch = tok(sents, return_tensors="pt", padding=True)
+    batch = tok(list(sentences), return_tensors="pt", padding=True)
     with torch.no_grad():
         ref = mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
-    res = {"model": "minilm", "sentences": len(sents), "tokens": int(batch["input_ids"].shape[1]),
-           "real_tokens": int(batch["attention_mask"].sum()), "schemes": {}}
-    for label, (scheme, opts) in cfg.items():
-        t0 = time.perf_counter()
-        try:
-            with torch.no_grad(), emulate(scheme, model=model, reference=reference,
-                                          **opts) as run:
-                emb = mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
-        except Exception as e:  # noqa: BLE001 - reported in the table
-            res["schemes"][label] = {"scheme": scheme, "options": opts, "error": _error(e)}
-            continue
-        cos = torch.nn.functional.cosine_similarity(emb.double(), ref.double(), dim=-1)
-        tot = run.stats.total()
-        res["schemes"][label] = {
-            "scheme": scheme, "options": opts, "cos": cos.tolist(),
-            "cos_min": float(cos.min()), "cos_mean": float(cos.mean()),
-            "restart_rate": tot.restart_rate, "peak_restart_rate": tot.peak_restart_rate,
-            "sqnr_db_mean": tot.sqnr_db_mean, "modules": _module_table(run),
-            "emulation_seconds": tot.seconds, "seconds": time.perf_counter() - t0}
-    return res
+    header = {"model": "minilm", "sentences": len(sentences),
+              "tokens": int(batch["input_ids"].shape[1]),
+              "real_tokens": int(batch["attention_mask"].sum())}
+    return model, batch, ref, header
+
+
+def minilm_cosine_run(scheme: str, opts: dict, sentences, *, reference: bool = True) -> dict:
+    """One scheme of :func:`minilm_cosine` (a unit of ``lowprec study``): ``{"header": the
+    result's batch description, "row": the scheme's row}``."""
+    import torch
+
+    from ..torch import emulate
+    from ..torch.models import mean_pool
+
+    model, batch, ref, header = _minilm_setup(tuple(sentences))
+    t0 = time.perf_counter()
+    try:
+        with torch.no_grad(), emulate(scheme, model=model, reference=reference,
+                                      **opts) as run:
+            emb = mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return {"header": header, "row": {"scheme": scheme, "options": opts,
+                                          "error": _error(e)}}
+    cos = torch.nn.functional.cosine_similarity(emb.double(), ref.double(), dim=-1)
+    tot = run.stats.total()
+    return {"header": header, "row": {
+        "scheme": scheme, "options": opts, "cos": cos.tolist(),
+        "cos_min": float(cos.min()), "cos_mean": float(cos.mean()),
+        "restart_rate": tot.restart_rate, "peak_restart_rate": tot.peak_restart_rate,
+        "sqnr_db_mean": tot.sqnr_db_mean, "modules": _module_table(run),
+        "emulation_seconds": tot.seconds, "seconds": time.perf_counter() - t0}}
+
+
+def minilm_cosine_result(sentences, runs: dict) -> dict:
+    """:func:`minilm_cosine`'s result from ``{label: minilm_cosine_run(...)}``."""
+    header = next(iter(runs.values()))["header"] if runs else \
+        _minilm_setup(tuple(sentences))[3]
+    return {**header, "schemes": {label: r["row"] for label, r in runs.items()}}
 
 
 def _f(v, spec: str, width: int) -> str:
@@ -431,11 +464,6 @@ def smollm2_perplexity(schemes=None, *, text: str | None = None,
         >>> res = smollm2_perplexity(quick=True)
         >>> res["schemes"]["intattention"]["ratio_ci"]
     """
-    import torch
-
-    from ..torch import emulate
-    from ..torch.models import load_model
-
     if quick:
         max_tokens, windows = min(max_tokens, 64), 2
         if schemes is None:
@@ -444,40 +472,93 @@ def smollm2_perplexity(schemes=None, *, text: str | None = None,
         cfg = {k: v for k, v in default_schemes().items() if k not in SMOLLM2_SKIP}
     else:
         cfg = _resolve(schemes)
-    model, tok = load_model("smollm2")
-    wins = token_windows(tok, text, max_tokens, windows)
+    where = {"text": text, "max_tokens": max_tokens, "windows": windows}
+    base = perplexity_float32(**where)
+    runs = {label: perplexity_run(scheme, opts, **where) for label, (scheme, opts) in cfg.items()}
+    return perplexity_result(cfg, base, runs, max_tokens=max_tokens, resample=resample,
+                             bootstrap=bootstrap, confidence=confidence, seed=seed)
+
+
+@functools.lru_cache(maxsize=8)
+def _windows(text: str | None, max_tokens: int, windows: int | None) -> list:
+    """:func:`token_windows` of SmolLM2's tokenizer (once per process and setting)."""
+    from ..torch.models import load_model
+
+    return token_windows(load_model("smollm2")[1], text, max_tokens, windows)
+
+
+def perplexity_float32(*, text: str | None = None, max_tokens: int = SMOLLM2_TOKENS,
+                       windows: int | None = PPL_WINDOWS) -> dict:
+    """The float32 run of :func:`smollm2_perplexity` (a unit of ``lowprec study``):
+    ``{"nll": [per-token NLL array per window], "seconds"}``."""
+    import torch
+
+    from ..torch.models import load_model
+
+    model = load_model("smollm2")[0]
+    wins = _windows(text, max_tokens, windows)
     t0 = time.perf_counter()
     with torch.no_grad():
         base = [_token_nll(model, w) for w in wins]
-    resample = resample_unit(len(wins), max_tokens - 1, resample)
-    b0 = bootstrap_ratio(base, base, resample=resample, samples=bootstrap,
+    return {"nll": base, "seconds": time.perf_counter() - t0}
+
+
+def perplexity_run(scheme: str, opts: dict, *, text: str | None = None,
+                   max_tokens: int = SMOLLM2_TOKENS, windows: int | None = PPL_WINDOWS) -> dict:
+    """One scheme of :func:`smollm2_perplexity` (a unit of ``lowprec study``): ``{"nll",
+    "restart_rate", "peak_restart_rate", "calls", "emulation_seconds", "seconds"}`` or
+    ``{"error"}``."""
+    import torch
+
+    from ..torch import emulate
+    from ..torch.models import load_model
+
+    model = load_model("smollm2")[0]
+    wins = _windows(text, max_tokens, windows)
+    t0 = time.perf_counter()
+    try:
+        with torch.no_grad(), emulate(scheme, model=model, **opts) as run:
+            nll = [_token_nll(model, w) for w in wins]
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return {"error": _error(e)}
+    tot = run.stats.total()
+    return {"nll": nll, "restart_rate": tot.restart_rate,
+            "peak_restart_rate": tot.peak_restart_rate, "calls": tot.calls,
+            "emulation_seconds": tot.seconds, "seconds": time.perf_counter() - t0}
+
+
+def perplexity_result(cfg: dict, base: dict, runs: dict, *, max_tokens: int, resample="auto",
+                      bootstrap: int = BOOTSTRAP, confidence: float = CONFIDENCE,
+                      seed: int = 0) -> dict:
+    """:func:`smollm2_perplexity`'s result from :func:`perplexity_float32` and
+    ``{label: perplexity_run(...)}`` of the runs ``cfg`` (``{label: (scheme, options)}``):
+    the bootstrap intervals and verdicts."""
+    nll0 = base["nll"]
+    resample = resample_unit(len(nll0), max_tokens - 1, resample)
+    b0 = bootstrap_ratio(nll0, nll0, resample=resample, samples=bootstrap,
                          confidence=confidence, seed=seed)
-    res = {"model": "smollm2", "tokens": max_tokens, "windows": len(wins),
-           "scored_tokens": int(sum(b.size for b in base)), "float32": b0["ppl_ref"],
+    res = {"model": "smollm2", "tokens": max_tokens, "windows": len(nll0),
+           "scored_tokens": int(sum(b.size for b in nll0)), "float32": b0["ppl_ref"],
            "float32_ci": [b0["ref_lo"], b0["ref_hi"]], "resample": resample,
            "confidence": confidence, "bootstrap": bootstrap,
-           "float32_seconds": time.perf_counter() - t0, "schemes": {}}
+           "float32_seconds": base["seconds"], "schemes": {}}
     for label, (scheme, opts) in cfg.items():
-        t0 = time.perf_counter()
-        try:
-            with torch.no_grad(), emulate(scheme, model=model, **opts) as run:
-                nll = [_token_nll(model, w) for w in wins]
-        except Exception as e:  # noqa: BLE001 - reported in the table
-            res["schemes"][label] = {"scheme": scheme, "options": opts, "error": _error(e)}
+        r = runs[label]
+        if "error" in r:
+            res["schemes"][label] = {"scheme": scheme, "options": opts, "error": r["error"]}
             continue
+        nll = r["nll"]
         if not all(np.all(np.isfinite(a)) for a in nll):
             res["schemes"][label] = {"scheme": scheme, "options": opts,
                                      "error": "non-finite loss"}
             continue
-        b = bootstrap_ratio(nll, base, resample=resample, samples=bootstrap,
+        b = bootstrap_ratio(nll, nll0, resample=resample, samples=bootstrap,
                             confidence=confidence, seed=seed)
-        tot = run.stats.total()
         res["schemes"][label] = {
             "scheme": scheme, "options": opts, "ppl": b["ppl"], "ratio": b["ratio"],
             "ratio_ci": [b["lo"], b["hi"]], "verdict": noise_verdict(b["lo"], b["hi"]),
-            "restart_rate": tot.restart_rate, "peak_restart_rate": tot.peak_restart_rate,
-            "calls": tot.calls, "emulation_seconds": tot.seconds,
-            "seconds": time.perf_counter() - t0}
+            **{k: r[k] for k in ("restart_rate", "peak_restart_rate", "calls",
+                                 "emulation_seconds", "seconds")}}
     return res
 
 
@@ -567,56 +648,79 @@ def smollm2_restart_rates(taus=(0, 1, 2), *, text: str | None = None,
         >>> res["taus"][1]["arr"] <= res["taus"][0]["arr"]
         True
     """
-    import torch
-
-    from ..torch import emulate
-    from ..torch.models import load_model
-    from .baps import PAPER_ARR_NLP, PAPER_PRR_NLP
-
     if quick:
         max_tokens = min(max_tokens, 128)
         block = 32 if block == RESTART_BLOCK else block
+    where = {"text": text, "max_tokens": max_tokens, "block": block, "critical": critical,
+             "granularity": granularity}
+    return restart_rates_result({tau: restart_rates_at(tau, **where) for tau in taus},
+                                where)
+
+
+def _restart_setup(text, max_tokens, block, critical, granularity):
+    """``(model, ids, emulate options, result header)`` of :func:`smollm2_restart_rates`."""
+    from ..torch.models import load_model
+
     model, tok = load_model("smollm2")
     ids = _token_ids(tok, text, max_tokens)
     opts = {"config": "e2e_hif8", "critical": critical, "granularity": granularity}
     if block is not None:
         opts.update(block_q=block, block_k=block)
-    layers = int(model.config.num_hidden_layers)
-    heads = int(model.config.num_attention_heads)
-    res = {"tokens": int(ids.shape[1]), "block": block or 128, "critical": critical,
-           "granularity": granularity, "layers": layers, "heads": heads, "taus": {}}
-    for tau in taus:
-        t0 = time.perf_counter()
-        with torch.no_grad(), emulate("baps", model=model, tau=tau, **opts) as run:
-            model.model(input_ids=ids)
-        tiles = np.zeros((layers, heads), dtype=np.int64)
-        restarts = np.zeros((layers, heads), dtype=np.int64)
-        per_call = []
-        visited = 0
-        for rec in run.stats.calls:
-            st = rec.stats
-            t = np.sum(st.tiles, axis=0).reshape(-1, heads).sum(axis=0)
-            r = np.sum(st.restarts, axis=0).reshape(-1, heads).sum(axis=0)
-            visited += sum(int(np.count_nonzero(f >= -1)) for f in st.flags)
-            layer = _layer_of(rec.module)
-            if layer is not None:
-                tiles[layer] += t
-                restarts[layer] += r
-            per_call.append(float(r.sum() / t.sum()) if t.sum() else float("nan"))
-        tot = run.stats.total()
-        with np.errstate(invalid="ignore", divide="ignore"):
-            per_head = np.where(tiles > 0, restarts / np.maximum(tiles, 1), np.nan)
-            per_layer = np.where(tiles.sum(1) > 0,
-                                 restarts.sum(1) / np.maximum(tiles.sum(1), 1), np.nan)
-        res["taus"][tau] = {
-            "arr": tot.restart_rate, "prr": tot.peak_restart_rate,
-            "tile_share": int(restarts.sum()) / visited if visited else None,
-            "tiles": int(tiles.sum()), "all_tiles": visited, "restarts": int(restarts.sum()),
-            "paper_arr": PAPER_ARR_NLP.get(tau), "paper_prr": PAPER_PRR_NLP.get(tau),
-            "per_layer": per_layer.tolist(), "per_head": per_head.tolist(),
-            "per_call": per_call, "per_call_head": tot.scheme_stats.rates().tolist(),
-            "seconds": time.perf_counter() - t0}
-    return res
+    header = {"tokens": int(ids.shape[1]), "block": block or 128, "critical": critical,
+              "granularity": granularity, "layers": int(model.config.num_hidden_layers),
+              "heads": int(model.config.num_attention_heads)}
+    return model, ids, opts, header
+
+
+def restart_rates_at(tau, *, text: str | None = None, max_tokens: int = RESTART_TOKENS,
+                     block: int | None = RESTART_BLOCK, critical=RESTART_CRITICAL,
+                     granularity: str = "tile") -> dict:
+    """One tau of :func:`smollm2_restart_rates` (a unit of ``lowprec study``; no ``quick``
+    adjustment here): ``{"header": the result's setting, "row": the tau's entry}``."""
+    import torch
+
+    from ..torch import emulate
+    from .baps import PAPER_ARR_NLP, PAPER_PRR_NLP
+
+    model, ids, opts, header = _restart_setup(text, max_tokens, block, critical, granularity)
+    layers, heads = header["layers"], header["heads"]
+    t0 = time.perf_counter()
+    with torch.no_grad(), emulate("baps", model=model, tau=tau, **opts) as run:
+        model.model(input_ids=ids)
+    tiles = np.zeros((layers, heads), dtype=np.int64)
+    restarts = np.zeros((layers, heads), dtype=np.int64)
+    per_call = []
+    visited = 0
+    for rec in run.stats.calls:
+        st = rec.stats
+        t = np.sum(st.tiles, axis=0).reshape(-1, heads).sum(axis=0)
+        r = np.sum(st.restarts, axis=0).reshape(-1, heads).sum(axis=0)
+        visited += sum(int(np.count_nonzero(f >= -1)) for f in st.flags)
+        layer = _layer_of(rec.module)
+        if layer is not None:
+            tiles[layer] += t
+            restarts[layer] += r
+        per_call.append(float(r.sum() / t.sum()) if t.sum() else float("nan"))
+    tot = run.stats.total()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_head = np.where(tiles > 0, restarts / np.maximum(tiles, 1), np.nan)
+        per_layer = np.where(tiles.sum(1) > 0,
+                             restarts.sum(1) / np.maximum(tiles.sum(1), 1), np.nan)
+    return {"header": header, "row": {
+        "arr": tot.restart_rate, "prr": tot.peak_restart_rate,
+        "tile_share": int(restarts.sum()) / visited if visited else None,
+        "tiles": int(tiles.sum()), "all_tiles": visited, "restarts": int(restarts.sum()),
+        "paper_arr": PAPER_ARR_NLP.get(tau), "paper_prr": PAPER_PRR_NLP.get(tau),
+        "per_layer": per_layer.tolist(), "per_head": per_head.tolist(),
+        "per_call": per_call, "per_call_head": tot.scheme_stats.rates().tolist(),
+        "seconds": time.perf_counter() - t0}}
+
+
+def restart_rates_result(parts: dict, where: dict) -> dict:
+    """:func:`smollm2_restart_rates`' result from ``{tau: restart_rates_at(tau, **where)}``."""
+    header = next(iter(parts.values()))["header"] if parts else \
+        _restart_setup(**where)[3]
+    return {**header, "taus": {tau: p["row"] for tau, p in parts.items()}}
 
 
 def _pct(v) -> str:
@@ -859,7 +963,9 @@ def format_hccs_minilm_kl(res: dict, per_head: bool = False) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["minilm_cosine", "format_minilm_cosine", "smollm2_perplexity",
+__all__ = ["minilm_cosine", "minilm_cosine_run", "minilm_cosine_result", "minilm_sentences",
+           "format_minilm_cosine", "smollm2_perplexity", "perplexity_float32",
+           "perplexity_run", "perplexity_result", "restart_rates_at", "restart_rates_result",
            "format_smollm2_perplexity", "smollm2_restart_rates", "format_smollm2_restart_rates",
            "format_restart_table", "token_windows", "bootstrap_ratio", "noise_verdict",
            "resample_unit",

@@ -61,6 +61,10 @@ How it works
   without SDPA), and when torch's fused attention functions were called directly.
 * The first use of a scheme may compile Numba kernels for seconds; that is logged once per
   process (INFO, logger ``"lowprec"``; :mod:`lowprec.compile`, ``lowprec compile``).
+* Models split over devices (transformers' ``device_map``, accelerate): each call runs where
+  its query lives (its GPU, or the CPU); the deferred statistics of GPU calls wait each for
+  its own device's event and are recorded in call order, so one report merges every device
+  (docs/design.md "Several devices and processes").
 * ``torch.compile``: while Dynamo traces, the mode answers attention (and, with
   ``activations=`` / ``weights=``, ``F.linear``'s operands) with the custom ops of
   :mod:`lowprec.torch.ops` (``lowprec::sdpa``, ...), one opaque graph node each
@@ -726,7 +730,8 @@ class Emulation:
         if dev.type == "cuda":
             ev1.record(torch.cuda.current_stream(dev))
 
-            def seconds():
+            def seconds():  # (elapsed_time raises unless both events have completed)
+                ev1.synchronize()
                 return ev0.elapsed_time(ev1) / 1e3
         else:
             wall = time.perf_counter() - t0
