@@ -439,12 +439,10 @@ def _noise_int8(dp, model: str, parts):
         q = torch.where(parts[0][:, :, None], q, 0.0)
         pk = parts[1].double()
         nk = torch.clamp(parts[1].sum(dim=1), min=1).double()[:, None]
-        k2 = torch.stack([pk[b] @ ksq[dp.kv[b]] for b in range(B)]) / nk if B else \
-            torch.zeros((0, d), dtype=torch.float64, device=dp.device)
+        k2 = torch.matmul(pk[:, None, :], ksq[dp.kv])[:, 0] / nk  # (B, d)
         ak = torch.where(parts[1], ak, 0.0)
     else:
-        k2 = torch.stack([ksq[dp.kv[b]].mean(dim=0) for b in range(B)]) if B else \
-            torch.zeros((0, d), dtype=torch.float64, device=dp.device)
+        k2 = ksq.mean(dim=1)[dp.kv]
     aq = q.abs().amax(dim=2) if d else torch.zeros((B, Lq), dtype=torch.float64,
                                                    device=dp.device)
     if model == "int8_tensor":
@@ -511,12 +509,13 @@ def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stat
         fin = torch.isfinite(out).all(dim=-1) if dv else \
             torch.ones((B, Lq), dtype=torch.bool, device=dev)
         nonfin = ~fin if none is None else (~fin & ~none)
-        stats.nonfinite_rows = int(nonfin.sum())
         stats.mask_floored = floored
+        zero = torch.zeros(1, dtype=torch.int64, device=dev)
+        counts = [nonfin.sum(dtype=torch.int64).reshape(1), zero,
+                  none.sum(dtype=torch.int64).reshape(1) if none is not None else zero]
         if s.noise is not None:
             model = s.noise(options)
             whole = options.get("scale_scope") == "tensor"
-            stats.noisy_rows = 0
             if model is not None and B and Lq and Lk:
                 if model not in ("int8_tensor", "int8_entry"):  # pragma: no cover
                     raise NotImplementedError(f"noise model {model!r} on the device")
@@ -527,9 +526,12 @@ def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stat
                     noisy = noisy & parts[0]
                 elif none is not None:
                     noisy = noisy & ~none
-                stats.noisy_rows = int(noisy.sum())
-        if none is not None:
-            n_none = int(none.sum())
+                counts[1] = noisy.sum(dtype=torch.int64).reshape(1)
+        host = torch.cat(counts).cpu().numpy()  # the counters' one read-back
+        stats.nonfinite_rows = int(host[0])
+        if s.noise is not None:
+            stats.noisy_rows = int(host[1])
+        n_none = int(host[2])
     res = out.reshape(tuple(lead) + (Lq, dv))
     if res.dtype != q.dtype:
         res = res.to(q.dtype)
