@@ -3,9 +3,9 @@
 The paper numbers are typed once, in :data:`CLAIMS` (or taken from the ``PAPER_*`` constants of
 the study modules, which cite their table); *ours* is computed: from a ``lowprec study`` report
 (the SmolLM2 rows: BAPS Table 4 and perplexity) and from the synthetic studies run by
-:func:`synthetic_results` (QFlash Table 4 over five input seeds, INT-FlashAttention Tables 1
-and 2, IntAttention Table 9, HCCS KL, BAPS Figure 2 and the Table 1 ordering).  The verdict of
-each claim follows one rule per kind of claim (:func:`verdict`):
+:func:`synthetic_results` (QFlash Table 4 over five input seeds and Figure 5,
+INT-FlashAttention Tables 1 and 2, IntAttention Table 9, HCCS KL, BAPS Figure 2 and the Table 1
+ordering).  The verdict of each claim follows one rule per kind of claim (:func:`verdict`):
 
 ======== ================================================================================
 kind     holds / partly / no
@@ -103,6 +103,16 @@ def _claims() -> list[Claim]:
         for col, (s, _m) in ((c, _qf.PAPER_TABLE4[c][w]) for c in _qf.PAPER_TABLE4):
             out.append(Claim(f"qflash:t4:{col}:{w}", "QFlash", "Table 4", f"{col} SQNR on {w}",
                              s, "db", f"U(-4, 4) fp16, {w}, batch 8, seeds 0-4", "dB"))
+    f5 = (f"U(-4, 4) fp16, 6 heads x 64 rows, d = 64, {_qf.FIG5_TILES[0]}-"
+          f"{_qf.FIG5_TILES[-1]} key tiles of 32")
+    out += [
+        Claim("qflash:fig5:decrease", "QFlash", "Figure 5", "SQNR falls with the inner-loop "
+              "iterations under both scale updates", None, "order", f5),
+        Claim("qflash:fig5:collapse", "QFlash", "Figure 5", "Scale Accumulation (eq. 13) "
+              "collapses as accumulation progresses", None, "order", f5),
+        Claim("qflash:fig5:stable", "QFlash", "Figure 5", "ScaleRelease (eq. 14) stays "
+              "relatively stable", None, "order", f5),
+    ]
     for dist in ("normal", "uniform"):
         for col in ("fp8", "half", "full"):
             out.append(Claim(f"intflash:mre:{col}:{dist}", "INT-FlashAttention",
@@ -206,7 +216,8 @@ def synthetic_results(quick: bool = False, seeds=QFLASH_SEEDS) -> dict:
         seeds: QFlash Table 4 input seeds (the spread is reported).
 
     Returns:
-        ``{"qflash": {column: {workload: [SQNR per seed]}}, "intflash": mre_vs_fp8 result,
+        ``{"qflash": {column: {workload: [SQNR per seed]}}, "fig5": QFlash figure5 result,
+        "intflash": mre_vs_fp8 result,
         "table9": IntAttention table9 result, "hccs": kl_study result, "fig2": error
         accumulation result, "exp2": exp2_comparison result, "quick": bool}``.
     """
@@ -218,6 +229,8 @@ def synthetic_results(quick: bool = False, seeds=QFLASH_SEEDS) -> dict:
         for w, row in t4["rows"].items():
             for col, m in row.items():
                 qf.setdefault(col, {}).setdefault(w, []).append(m["sqnr"])
+    fig5 = _qf.figure5((1, 2, 4, 8) if quick else _qf.FIG5_TILES, heads=1 if quick else 6,
+                       n_query=16 if quick else 64)
     intflash = _if.mre_vs_fp8((1024,), ("normal", "uniform"),
                               n_query=32 if quick else 128)
     t9 = _ia.table9(("structured",), heads=2 if quick else 8, L=128 if quick else 256)
@@ -226,8 +239,8 @@ def synthetic_results(quick: bool = False, seeds=QFLASH_SEEDS) -> dict:
     fig2 = _baps.error_accumulation(lengths, heads=1 if quick else 2)
     ex = _exp2.exp2_comparison(lengths[-1:], _exp2.SPREADS, heads=1 if quick else 4)
     return {"qflash": qf, "qflash_seeds": list(seeds), "qflash_batch": batch,
-            "intflash": intflash, "table9": t9, "hccs": kl, "fig2": fig2, "exp2": ex,
-            "quick": quick}
+            "fig5": fig5, "intflash": intflash, "table9": t9, "hccs": kl, "fig2": fig2,
+            "exp2": ex, "quick": quick}
 
 
 def _ours(claim: Claim, report: dict | None, syn: dict | None):
@@ -342,6 +355,26 @@ def _ours(claim: Claim, report: dict | None, syn: dict | None):
         m, lo, hi = float(np.mean(vals)), float(min(vals)), float(max(vals))
         return (m, lo, hi), f"{m:.2f} [{lo:.2f}, {hi:.2f}]", \
             f"mean [min, max] over {len(vals)} seeds (spread {hi - lo:.2f} dB)"
+    if k.startswith("qflash:fig5:"):
+        r = syn.get("fig5")
+        if not r:
+            return None, "-", "Figure 5 study not run"
+        v = _qf.figure5_verdicts(r)
+        rel, acc, ts = r["release"], r["accumulate"], r["tiles"]
+        rule = _qf.FIG5_RULES
+        span = f"{ts[0]} -> {ts[-1]} iterations"
+        if k.endswith("decrease"):
+            return v["decrease"], f"{rel[0]:.1f}->{rel[-1]:.1f}, {acc[0]:.1f}->{acc[-1]:.1f}", \
+                f"SQNR dB of release, accumulation over {span}"
+        if k.endswith("collapse"):
+            return v["collapse"], f"{acc[-1]:.1f} vs {rel[-1]:.1f}", \
+                f"after {ts[-1]} iterations (rule: < {rule['COLLAPSE_DB']:g} dB and " \
+                f"{rule['GAP_DB']:g} dB under release); collapsed from {v['first']} " \
+                f"iterations on, where R**t (R = {r['R']}) times a tile's sums wraps int32 " \
+                f"({r['wraps']['accumulate'][-1]} wraps at {ts[-1]})"
+        return v["stable"], f"-{rel[0] - rel[-1]:.1f} dB", \
+            f"release loses {rel[0] - rel[-1]:.2f} dB over {span} (rule: < " \
+            f"{rule['STABLE_DB']:g} dB); {r['wraps']['release'][-1]} int32 wraps"
     if k.startswith("intflash:mre:"):
         _, _, col, dist = k.split(":")
         v = syn["intflash"][dist][col + "_row4"][0]
