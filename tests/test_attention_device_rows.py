@@ -338,10 +338,13 @@ def test_mul_shift_rne_matches_cpu():
 
 
 @pytest.mark.parametrize("opts", [dict(block_k=16), dict(division=True, block_k=24),
-                                  dict(scale_scope="tensor", m_init=-(1 << 21))])
+                                  dict(scale_scope="tensor", m_init=-(1 << 21)),
+                                  dict(scale_update="accumulate", block_k=8),
+                                  dict(scale_update="accumulate", division=True)])
 def test_qflash_options(opts):
     """qflash's options (key tiles with a partial last tile, ShiftExp2 by division, one scale
-    set per tensor, the paper's m_init), causal with a boolean mask and an additive one."""
+    set per tensor, the paper's m_init, Scale Accumulation over 7 tiles, whose sums wrap
+    int32), causal with a boolean mask and an additive one."""
     q, k, v = qkv(seed=21)
     am, add = masks(seed=22)
     st = both(q, k, v, "qflash", causal=True, attn_mask=am, **opts)[1]

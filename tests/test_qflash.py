@@ -213,6 +213,25 @@ def test_core_bitexact_options(division):
     _check_core(q8, k8, v8, TYPICAL, block_k=32, division=division, m_init=-(1 << 21))
 
 
+@pytest.mark.parametrize("Lk,bk", [(20, 32), (64, 32), (45, 16), (200, 8)])
+def test_core_bitexact_scale_accumulation(Lk, bk):
+    """scale_update="accumulate" (eq. 13) against the naive twin, from one tile (equal to
+    release) to many (R**t wraps int32); wrap counts grow with the tiles."""
+    rng = np.random.default_rng(Lk + bk)
+    q8, k8, v8 = _rand_int8(rng, (2, 5, 16)), _rand_int8(rng, (2, Lk, 16)), \
+        _rand_int8(rng, (2, Lk, 4))
+    o_acc, st = _check_core(q8, k8, v8, TYPICAL, block_k=bk, scale_update="accumulate")
+    o_rel, st_rel = _check_core(q8, k8, v8, TYPICAL, block_k=bk)
+    nk = -(-Lk // bk)
+    if nk >= 3:  # R**2 * |P8 v8| leaves int32 (R = 5590)
+        assert st.total_int32_wraps > st_rel.total_int32_wraps
+    if nk == 1:  # one tile: no alpha on a non-zero sum, the two modes agree
+        np.testing.assert_array_equal(o_acc, o_rel)
+        assert st.total_int32_wraps == 0
+    _check_core(q8, k8, v8, (7, -9362, 889, 153391689, 153391689), block_k=bk,
+                scale_update="accumulate", division=True)
+
+
 def test_core_bitexact_extreme_constants_and_values():
     """Random constants (hazards on purpose) and saturated int8 codes: still bit-exact."""
     rng = np.random.default_rng(12)
@@ -321,6 +340,26 @@ def test_pipeline_causal_mask_and_nan_rows():
     assert sqnr_db(got[:, 5:], ref_out[:, 5:]) > 25
 
 
+def test_pipeline_scale_accumulation_collapses():
+    """The paper's appendix B.1.1 / Figure 5: Scale Accumulation is as good as ScaleRelease
+    while its sums fit int32 (two key tiles at U(-4, 4)), and collapses once R**t wraps
+    them; ScaleRelease stays accurate at every length."""
+    rng = np.random.default_rng(25)
+    for tiles, acc_ok in ((2, True), (8, False)):
+        q, k, v = (u4(rng, (1, 2, 16, 64)), u4(rng, (1, 2, 32 * tiles, 64)),
+                   u4(rng, (1, 2, 32 * tiles, 64)))
+        ref_out = lp.attention(q, k, v, "reference")
+        rel = lp.attention(q, k, v, "qflash", **TENSOR)
+        acc, st = lp.attention(q, k, v, "qflash", scale_update="accumulate",
+                               return_stats=True, **TENSOR)
+        assert sqnr_db(rel, ref_out) >= 29.0
+        assert (sqnr_db(acc, ref_out) >= 29.0) == acc_ok
+        assert (st.total_int32_wraps == 0) == acc_ok
+    with pytest.raises(ValueError, match="scale_update 'scale' is not one of release, "
+                       "accumulate"):
+        lp.attention(q, k, v, "qflash", scale_update="scale")
+
+
 def test_pipeline_hazards_small_amplitude_and_raise():
     rng = np.random.default_rng(23)
     q, k, v = (rng.uniform(-0.3, 0.3, (1, 2, 49, 32)).astype(np.float32) for _ in range(3))
@@ -384,3 +423,21 @@ def test_study_table4_ordering_and_amplitude_collapse():
     assert max(sw["qflash"][:2]) < sw["qflash"][2] - 8  # collapse for small amplitude
     assert min(sw["intflash_full"][:2]) > sw["qflash"][2]  # INT-Flash does not collapse
     assert "exp_M" in S.format_amplitude_sweep(sw)
+
+
+def test_study_figure5_accumulation_collapses_release_stays():
+    """Figure 5 (appendix B.1.1) at small size: the two scale updates nearly agree while Scale
+    Accumulation's sums fit int32 (two tiles), it collapses from the third tile (R**2 times a
+    tile's sums leaves int32), ScaleRelease stays within a few dB; the paper's three
+    statements hold by figure5_verdicts."""
+    from lowprec.studies import qflash as S
+
+    res = S.figure5((1, 2, 3, 8), heads=1, n_query=16)
+    assert res["release"][0] == res["accumulate"][0]  # one tile: alpha meets zero sums only
+    assert abs(res["release"][1] - res["accumulate"][1]) < 0.5  # no release rounding: close
+    assert res["wraps"]["accumulate"][:2] == [0, 0] and res["wraps"]["accumulate"][2] > 0
+    assert max(res["accumulate"][2:]) < 5 and min(res["release"]) > 29
+    assert sum(res["wraps"]["release"]) == 0
+    v = S.figure5_verdicts(res)
+    assert v["collapse"] and v["stable"] and v["first"] == 3
+    assert "accumulation collapses: True" in S.format_figure5(res)

@@ -50,3 +50,57 @@ def test_workloads_are_reproducible_and_shaped():
     # the sink: key 0 scores highest for the first queries of every head
     s = np.einsum("hid,hjd->hij", q[:, :8], k)
     assert (s.argmax(axis=-1)[:, :4] == 0).mean() > 0.5
+
+
+def test_figure1_exp2_chain_is_correctly_rounded():
+    """The Figure 1 chain (lowprec.kernels.baps.exp2_in_format) rounds the exact power 2**q of
+    every input code: float64 exp2 is within 2**-52 of it, and no code's power lies within
+    2**-45 (relative) of a float16 or an output-format rounding boundary, so rounding the
+    float64 value gives the correctly rounded float16 and output value (integer q: exact)."""
+    import math
+
+    from lowprec import quantize
+    from lowprec.formats import get_format
+    from lowprec.kernels.baps import exp2_in_format
+
+    eps = 2.0**-45
+    for fin in ("e4m3", "e5m2", "hif8"):
+        q = get_format(fin).values().astype(np.float64)
+        q = np.unique(q[np.isfinite(q) & (q <= 0) & (q >= -60)])
+        frac = q != np.floor(q)
+        y = np.exp2(q)
+        y[~frac] = [math.ldexp(1.0, int(e)) for e in q[~frac]]
+        lo, hi = y[frac] * (1 - eps), y[frac] * (1 + eps)
+        assert np.array_equal(lo.astype(np.float16), hi.astype(np.float16)), fin
+        y16 = y.astype(np.float16).astype(np.float32)
+        for fout in ("e4m3", "e5m2", "hif8"):
+            want = np.asarray(quantize(y16, fout, saturate=False))
+            np.testing.assert_array_equal(exp2_in_format(q, fin, fout), want)
+            a = np.asarray(quantize(lo.astype(np.float64), fout, saturate=False))
+            b = np.asarray(quantize(hi.astype(np.float64), fout, saturate=False))
+            np.testing.assert_array_equal(a, b)  # fp16=False: also correctly rounded
+
+
+def test_figure1_statements_at_small_size():
+    """BAPS Figure 1 at small size: E4M3 rounds x = S - m closer than E5M2; E4M3 -> E5M2 beats
+    pure E5M2 everywhere and pure E4M3 once rows are wide (E4M3 flushes most of 2**x to 0 at
+    std 3); the L1 error equals the Wasserstein-1 distance (monotone rounding); HiF8 is within
+    25 % of the mixed pair."""
+    from lowprec.kernels.baps import exp2_in_format
+    from lowprec.studies import exp2 as E
+
+    r = E.figure1((1.0, 3.0), L=256, rows=4)
+    v = E.figure1_verdicts(r)
+    assert v["input"] == (2, 2)
+    me = r["mass_error"]
+    assert all(me["exp2_e4m3xe5m2"][s] < me["exp2_e5m2"][s] for s in (1.0, 3.0))
+    assert me["exp2_e4m3xe5m2"][3.0] < me["exp2_e4m3"][3.0]
+    assert r["zero_share"]["exp2_e4m3"][3.0] > 0.5 > r["zero_share"]["exp2_hif8"][3.0]
+    assert all(0.8 < x < 1.25 for x in v["hif8"].values())
+    x = E.figure1_inputs(256, 4, 3.0)
+    y = np.exp2(x.astype(np.float64))
+    y8 = exp2_in_format(x, "e4m3", "e5m2").astype(np.float64)
+    w1 = np.mean(np.abs(np.sort(y8.ravel()) - np.sort(y.ravel())))
+    assert np.isclose(w1 * y.size / y.sum(), me["exp2_e4m3xe5m2"][3.0], rtol=1e-12)
+    assert E.ks_distance(np.zeros(4), np.array([0, 0, 1, 1.0])) == 0.5
+    assert "KS distance" in E.format_figure1(r)

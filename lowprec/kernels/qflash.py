@@ -1,5 +1,5 @@
 """QFlash: integer-only FlashAttention (specs/attention.md section 4; seed ``qflash.txt``,
-Algorithm 1, Algorithm 2, equations 5-10 and 14-16, appendix B).
+Algorithm 1, Algorithm 2, equations 5-10 and 13-16, appendix B).
 
 Everything between the int8 inputs and the int8 output is integer arithmetic:
 
@@ -37,6 +37,17 @@ authors' masked kernel, ``-2**20`` (:data:`MASK_BIAS`) for a masked key; the fin
 then int8 wrap.  A query row that sees no key has no meaningful integer output; the float
 pipeline returns NaN for it.
 
+The running ``l`` and ``acc`` take ``alpha`` by ScaleRelease (eq. 14, Algorithm 1 lines 14-15,
+the authors' kernel): option ``scale_update="release"``.  ``scale_update="accumulate"`` is the
+alternative of the paper's appendix B.1.1 (eq. 13, "Scale Accumulation", compared in its
+Figure 5; not in the authors' code): no release, so each tile multiplies the running sums'
+scale by ``alpha``'s ``1 / R`` and the new tile's ``rowsum(P8)`` and ``P8 v8`` enter at that
+accumulated scale, multiplied by ``R**t`` at key tile ``t``.  Eq. 13 writes the new term as
+``floor(P8 V8 / s_alpha)`` with one ``s_alpha``; only the accumulated ``s_alpha**t`` keeps the
+sum's units consistent, so that is our reading (no floor is left: ``R**t`` is an integer).  In
+exact arithmetic it equals ScaleRelease without its rounding; in int32 it wraps once
+``R**t`` times a tile's sum leaves int32 (``R = 5590`` at U(-4, 4), d = 64: at the third tile).
+
 Host arithmetic differs from the authors' torch code in one documented way: scales and
 ``x / s_x`` are computed in float64 from the float32 inputs (the authors use the input dtype,
 e.g. float16); constants use Python's ``round`` (ties to even) on float64, as theirs does.
@@ -48,20 +59,29 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from numba import prange
 
-from ..formats._jit import jit
 from ..stats import Stats
 from . import Scheme, register
 from ._check import check_bool, check_choice, check_int, check_real, float_input, int_input
-from ._gemm import RED, ROWS, pv_tile
+from ._gemm import RED
 from ._int8 import (
-    F32_EXACT,
     FINITE_WHY,
     quantize_int8,
     row_scales,
     scoped_amax,
     score_chunks,
+)
+from ._qflash_rows import (
+    _NCOUNT,
+    INT32_MAX,
+    INT32_MIN,
+    MASK_BIAS,
+    SHIFT_EXP,
+    SHIFT_RELEASE,
+    _qflash_kernel,
+    _release_arr,
+    _requant_arr,
+    _shift_exp2_arr,
 )
 from .problem import (
     INT8_D_MAX,
@@ -78,23 +98,14 @@ from .problem import (
     sized,
 )
 
-SHIFT_EXP = 16  # attention.md 4 / Alg. 2 eq. 16: fixed-point bits of exp_M and req_M
-SHIFT_RELEASE = 30  # attention.md 4: fixed-point bits of l_M and acc_M (ScaleRelease)
 BLOCK_K_DEFAULT = 32  # attention.md 4: the authors' fixed key tile (BLOCK_N = 32)
 M_INIT_DEFAULT = -(1 << 20)  # attention.md 4: the authors' code (Alg. 1 line 6 says -2**21)
-MASK_BIAS = -(1 << 20)  # int32 score of a padded key / bias of a masked key (authors' NEG_INF)
 INT8_QMAX = 127  # eq. 2: 2**(b-1) - 1 for b = 8
-INT32_MIN = -(1 << 31)
-INT32_MAX = (1 << 31) - 1
 D_MAX = INT8_D_MAX  # largest d whose int8 dot products cannot wrap int32
 HAZARD_POLICIES = ("count", "raise")
-
-# counter columns of the kernel (per batch entry)
-(_C_TILES, _C_RESCALES, _C_EXP_OVF, _C_REQ_WRAP, _C_I32_WRAP, _C_OUT_WRAP, _C_ZERO_DEN,
- _C_NEG_EXP, _C_M_INIT) = range(9)
-_NCOUNT = 9
-_ROWS_PER_TASK = 16
-_TILE32_KEYS = (1 << 31) // (128 * 128) - 1  # keys whose int8 products P8 v8 sum in int32
+#: how the running l and acc take alpha (appendix B.1.1): ScaleRelease (eq. 14, the default)
+#: or Scale Accumulation (eq. 13)
+SCALE_UPDATES = ("release", "accumulate")
 
 
 class QFlashHazardError(ValueError, ArithmeticError):
@@ -220,120 +231,7 @@ def host_constants(q, k, v, scale: float | None = None) -> QFlashConstants:
 
 
 # ------------------------------------------------------------------------------------------
-# scalar integer primitives (int64 holding int32 values)
-
-
-@jit(inline="always")
-def _wrap32(x):
-    return ((x + 0x80000000) & 0xFFFFFFFF) - 0x80000000
-
-
-@jit(inline="always")
-def _wrap8(x):
-    return ((x + 128) & 0xFF) - 128
-
-
-@jit(inline="always")
-def _ashr(a, n):
-    """Arithmetic shift of an int32 value with the GPU's clamped count: a count outside
-    [0, 31] fills with the sign (a shift by 63 of the int64 holding it; no branch)."""
-    return a >> (n if (n >= 0) & (n <= 31) else np.int64(63))
-
-
-@jit(inline="always")
-def _tdiv(a, b):
-    """C (truncating) integer division, b != 0."""
-    qq = abs(a) // abs(b)
-    return -qq if (a < 0) != (b < 0) else qq
-
-
-@jit(inline="always")
-def _shexp(x, R, exp_M, division):
-    """ShiftExp2 of an int32 ``x``: ``(y, overflow of x * exp_M, other int32 wraps)``.  Written
-    without branches (the counts are sums of comparisons), so that loops of it vectorize."""
-    if division:
-        nx = _wrap32(-x)
-        wr = np.int64(nx != -x)
-        q = _tdiv(nx, R)
-        ovf = np.int64(0)
-    else:
-        prod = x * exp_M
-        w = _wrap32(prod)
-        ovf = np.int64(w != prod)
-        q = w >> SHIFT_EXP
-        wr = np.int64(0)
-    t = q * R
-    qr = _wrap32(t)
-    wr += qr != t
-    t = x + qr
-    r = _wrap32(t)
-    wr += r != t
-    t = (r >> 1) + R
-    u = _wrap32(t)
-    wr += u != t
-    return _ashr(u, q), ovf, wr
-
-
-@jit(inline="always")
-def _requant(p, req_M):
-    """``(int8 value, wrapped to int8, other int32 wraps)`` (no branches)."""
-    t = p * req_M
-    a = _wrap32(t)
-    wr = np.int64(a != t)
-    t = a + (1 << (SHIFT_EXP - 1))
-    b = _wrap32(t)
-    wr += b != t
-    c = b >> SHIFT_EXP
-    y = _wrap8(c)
-    return y, np.int64(y != c), wr
-
-
-@jit(inline="always")
-def _release(x, alpha, M):
-    """ScaleRelease: int64 product (wrapping), rounding shift by 30, int32 wrap."""
-    t = np.int64(x) * np.int64(alpha)
-    t = t * np.int64(M)
-    t = t + np.int64(1 << (SHIFT_RELEASE - 1))
-    t = t >> SHIFT_RELEASE
-    y = _wrap32(t)
-    return y, (1 if y != t else 0)
-
-
-@jit(inline="always")
-def _f32_to_i32(v):
-    """float32 -> int32 toward zero, saturating, NaN -> 0 (the GPU's cvt.rzi.s32.f32)."""
-    if v != v:
-        return 0
-    if v >= 2147483648.0:
-        return INT32_MAX
-    if v < -2147483648.0:
-        return INT32_MIN
-    return np.int64(v)
-
-
-# ------------------------------------------------------------------------------------------
-# elementwise kernels behind the public primitives
-
-
-@jit
-def _shift_exp2_arr(x, R, exp_M, division, out):
-    for i in range(x.size):
-        y, _, _ = _shexp(np.int64(x[i]), R, exp_M, division)
-        out[i] = y
-
-
-@jit
-def _requant_arr(p, req_M, out):
-    for i in range(p.size):
-        y, _, _ = _requant(np.int64(p[i]), req_M)
-        out[i] = y
-
-
-@jit
-def _release_arr(x, alpha, M, out):
-    for i in range(x.size):
-        y, _ = _release(np.int64(x[i]), np.int64(alpha[i]), M)
-        out[i] = y
+# the integer primitives (their Numba kernels: _qflash_rows.py)
 
 
 def _int32_array(x, what: str) -> np.ndarray:
@@ -432,194 +330,6 @@ def scale_release(x, alpha, M: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------
-# the attention kernel
-
-
-@jit(inline="always")
-def _acc_update(acc, r, tile, alpha, acc_M):
-    """``acc[r] = int32(ScaleRelease(acc[r], alpha) + tile)``; returns the int32 wraps."""
-    wraps = 0
-    for c in range(acc.shape[1]):
-        ar, wr = _release(acc[r, c], alpha, acc_M)
-        wraps += wr
-        raw = ar + tile[c]
-        a32 = _wrap32(raw)
-        wraps += a32 != raw
-        acc[r, c] = a32
-    return wraps
-
-
-@jit(parallel=True)
-def _qflash_kernel(S, v, bias, bmap, has_bias, causal, g0, r0, Lq, R, exp_M, req_M, l_M, acc_M,
-                   bk, m_init, division, out):
-    """Algorithm 1 per query row of a chunk: ``S (gh, rows, Lk)`` holds the exact int8 score
-    products of entries ``g0 ..`` and query rows ``r0 ..`` (float, from the int8 plumbing's
-    GEMM); tasks of ``_ROWS_PER_TASK`` rows run in parallel.  Returns per-task counters
-    ``(gh * ntr, _NCOUNT)`` (task ``t`` belongs to entry ``g0 + t // ntr``)."""
-    gh, rows, Lk = S.shape
-    dv = v.shape[2]
-    nk = (Lk + bk - 1) // bk
-    ntr = (rows + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
-    ntask = gh * ntr
-    cnt = np.zeros((ntask, _NCOUNT), dtype=np.int64)
-    bkp = (bk + RED - 1) // RED * RED  # keys of a tile padded for pv_tile (v has them)
-    tiled = bkp * 128 * 128 <= F32_EXACT  # |P8 v8| <= 128 * 128: tile sums exact in float32
-    for task in prange(ntask):
-        gi = task // ntr
-        b = g0 + gi
-        i0 = (task % ntr) * _ROWS_PER_TASK
-        nr = min(rows, i0 + _ROWS_PER_TASK) - i0
-        nrp = (nr + ROWS - 1) // ROWS * ROWS
-        s = np.empty(bk, dtype=np.int64)
-        p8 = np.empty(bk, dtype=np.int64)
-        acc = np.zeros((nr, dv), dtype=np.int64)
-        tile = np.empty(dv, dtype=np.int64)
-        tile32 = np.empty(dv, dtype=np.int32)
-        pt = np.zeros((nrp, bkp), dtype=np.float32)  # the tile's P8 of every row
-        tt = np.empty((nrp, dv), dtype=np.float32)  # their P8 v8
-        alphas = np.empty(nr, dtype=np.int64)
-        m_r = np.full(nr, np.int64(m_init), dtype=np.int64)
-        lsum_r = np.ones(nr, dtype=np.int64)
-        vmax_r = np.full(nr, np.int64(-(1 << 62)), dtype=np.int64)  # largest visible score
-        seen_r = np.zeros(nr, dtype=np.bool_)
-        c_tiles = 0
-        c_resc = 0
-        c_ovf = 0
-        c_req = 0
-        c_wrap = 0
-        c_out = 0
-        c_zero = 0
-        c_neg = 0
-        c_minit = 0
-        mb = bmap[b]
-        for t in range(nk):  # every row of the task through tile t (each row's order as before)
-            j0 = t * bk
-            nv = min(bk, Lk - j0)
-            for r in range(nr):
-                ii = i0 + r
-                i = r0 + ii
-                m = m_r[r]
-                lim = i + Lk - Lq
-                for jj in range(nv):  # S = q8 k8^T (exact: d <= D_MAX)
-                    s[jj] = np.int64(S[gi, ii, j0 + jj])
-                mx = m
-                dense = nv == bk and not has_bias and not (causal and j0 + bk - 1 > lim)
-                if dense:  # every key of the tile seen, no bias: no branch
-                    vmax = vmax_r[r]
-                    for jj in range(bk):
-                        w = _wrap32(s[jj])
-                        c_wrap += w != s[jj]
-                        vmax = max(vmax, w)
-                        s[jj] = w
-                        mx = max(mx, w)
-                    vmax_r[r] = vmax
-                    seen_r[r] = True
-                for jj in range(0 if dense else bk):
-                    if jj < nv:
-                        j = j0 + jj
-                        if causal and j > lim:
-                            bij = np.int64(MASK_BIAS)
-                        elif has_bias:
-                            bij = np.int64(bias[mb, i, j])
-                        else:
-                            bij = np.int64(0)
-                        raw = s[jj] + bij
-                        w = _wrap32(raw)
-                        if w != raw:
-                            c_wrap += 1
-                        if bij > MASK_BIAS:  # a key the row sees
-                            seen_r[r] = True
-                            if w > vmax_r[r]:
-                                vmax_r[r] = w
-                    else:
-                        w = np.int64(MASK_BIAS)
-                    s[jj] = w
-                    if w > mx:
-                        mx = w
-                rowsum = np.int64(0)
-                for jj in range(bk):  # no branch: LLVM vectorizes it
-                    raw = s[jj] - mx
-                    x = _wrap32(raw)
-                    c_wrap += x != raw
-                    y, ovf, wr = _shexp(x, R, exp_M, division)
-                    c_ovf += ovf
-                    c_wrap += wr
-                    pv, rw, wr = _requant(y, req_M)
-                    c_neg += (pv < 0) & (rw == 0)
-                    c_req += rw
-                    c_wrap += wr
-                    p8[jj] = pv
-                    rowsum += pv
-                raw = m - mx
-                x = _wrap32(raw)
-                if x != raw:
-                    c_wrap += 1
-                alpha, ovf, wr = _shexp(x, R, exp_M, division)
-                c_ovf += ovf
-                c_wrap += wr
-                if alpha < 0 and t > 0:
-                    c_neg += 1
-                lr, wr = _release(lsum_r[r], alpha, l_M)
-                c_wrap += wr
-                raw = lr + rowsum
-                lsum_r[r] = _wrap32(raw)
-                if lsum_r[r] != raw:
-                    c_wrap += 1
-                if tiled:  # the tile's P8 v8 below, for every row at once
-                    for jj in range(nv):
-                        pt[r, jj] = np.float32(p8[jj])
-                    for jj in range(nv, bkp):
-                        pt[r, jj] = 0.0
-                    alphas[r] = alpha
-                else:
-                    tile[:] = 0
-                    for js in range(0, nv, _TILE32_KEYS):  # int32 sums (exact), widened per run
-                        tile32[:] = 0
-                        for jj in range(js, min(nv, js + _TILE32_KEYS)):
-                            pj = np.int32(p8[jj])
-                            if pj != 0:
-                                for c in range(dv):
-                                    tile32[c] += pj * np.int64(v[b, j0 + jj, c])
-                        for c in range(dv):
-                            tile[c] += tile32[c]
-                    c_wrap += _acc_update(acc, r, tile, alpha, acc_M)
-                c_tiles += 1
-                if t > 0 and mx != m:
-                    c_resc += 1
-                m_r[r] = mx
-            if tiled:
-                pv_tile(pt, v[b], tt, j0, nrp, bkp, dv)
-                for r in range(nr):
-                    for c in range(dv):
-                        tile[c] = np.int64(tt[r, c])
-                    c_wrap += _acc_update(acc, r, tile, alphas[r], acc_M)
-        for r in range(nr):
-            i = r0 + i0 + r
-            lsum = lsum_r[r]
-            if lsum == 0:
-                c_zero += 1
-            if seen_r[r] and vmax_r[r] < m_init:  # every score below m_init: the row stays 0
-                c_minit += 1
-            fl = np.float32(lsum)
-            for c in range(dv):
-                o = _f32_to_i32(np.float32(np.float32(acc[r, c]) / fl))
-                o8 = _wrap8(o)
-                if o8 != o:
-                    c_out += 1
-                out[b, i, c] = o8
-        cnt[task, _C_TILES] = c_tiles
-        cnt[task, _C_RESCALES] = c_resc
-        cnt[task, _C_EXP_OVF] = c_ovf
-        cnt[task, _C_REQ_WRAP] = c_req
-        cnt[task, _C_I32_WRAP] = c_wrap
-        cnt[task, _C_OUT_WRAP] = c_out
-        cnt[task, _C_ZERO_DEN] = c_zero
-        cnt[task, _C_NEG_EXP] = c_neg
-        cnt[task, _C_M_INIT] = c_minit
-    return cnt
-
-
-# ------------------------------------------------------------------------------------------
 # statistics
 
 
@@ -635,7 +345,9 @@ class QFlashStats(Stats):
         exp_overflows: ShiftExp2 evaluations whose ``x * exp_M`` overflowed int32.
         requant_wraps: ``requant`` results that left int8 and wrapped (``p = R`` -> 128).
         int32_wraps: every other int32 wrap (scores + bias, ``S - m``, ``q * R``, ``r``,
-            requant product, ScaleRelease result, ``l``/``acc`` updates).
+            requant product, ScaleRelease result, ``l``/``acc`` updates; with
+            ``scale_update="accumulate"`` the products ``l * alpha``, ``acc * alpha``, the
+            tile terms times ``R**t`` and ``R**t`` itself, once per row and tile).
         output_wraps: output elements whose ``trunc(acc / l)`` left int8 and wrapped.
         zero_denominators: rows that ended with ``l == 0``.
         negative_weights: negative ``P8`` (not from an int8 wrap) and negative ``alpha``
@@ -687,7 +399,6 @@ def _stats_from_counts(cnt: np.ndarray, exp_M_zero: bool, consts: dict | None) -
 # the integer core
 
 
-
 def _bias_planes(bias, lead: tuple, Lq: int, Lk: int):
     """int64 ``(M, Lq, Lk)`` planes and the per-entry map from an int32 bias broadcastable to
     ``lead + (Lq, Lk)``."""
@@ -702,7 +413,7 @@ def _bias_planes(bias, lead: tuple, Lq: int, Lk: int):
 
 
 def _run_core(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k, bias_planes, bmap, has_bias,
-              causal, m_init, division):
+              causal, m_init, division, accumulate=False):
     """Validated arrays ``(B, L, d)`` -> (o8 (B, Lq, dv), counters (B, _NCOUNT)): the scores
     by the int8 plumbing's exact GEMM in row chunks, Algorithm 1 by the kernel."""
     B, Lq, _ = q8.shape
@@ -718,7 +429,7 @@ def _run_core(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k, bias_planes, bma
     def work(g0, r0, S):
         return sized(_qflash_kernel, S.size)(S, vi, bias_planes, bmap, has_bias, causal, g0, r0,
                                              Lq, R, exp_M, req_M, l_M, acc_M, block_k, m_init,
-                                             division, out)
+                                             division, accumulate, out)
 
     score_chunks(q8, k8, work, counts)
     return out, counts
@@ -726,7 +437,8 @@ def _run_core(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k, bias_planes, bma
 
 def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int,
                 block_k: int = BLOCK_K_DEFAULT, bias=None, m_init: int = M_INIT_DEFAULT,
-                division: bool = False, *, causal: bool = False, return_stats: bool = False):
+                division: bool = False, *, causal: bool = False, return_stats: bool = False,
+                scale_update: str = "release"):
     """QFlash Algorithm 1 on int8 inputs -> int8 output ``o8`` (spec section 4).
 
     Per (batch, head) and query row ``i``: ``m = m_init``, ``l = 1``, ``acc = 0``; for each key
@@ -735,6 +447,13 @@ def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int
     ``alpha = shift_exp2(m - m_new)``, ``l = scale_release(l, alpha, l_M) + rowsum(P8)``,
     ``acc = scale_release(acc, alpha, acc_M) + P8 v8``, ``m = m_new``; finally
     ``o8 = int8_wrap(trunc(fp32(acc) / fp32(l)))``.  Dequantize with ``o8 * s_v``.
+    ``scale_update="accumulate"`` replaces both ScaleReleases by Scale Accumulation (eq. 13,
+    appendix B.1.1): ``l = int32(l * alpha) + int32(rowsum(P8) * R**t)`` and ``acc =
+    int32(acc * alpha) + int32(P8 v8 * R**t)`` at key tile ``t`` (0-based; ``R**t`` computed
+    in int32 as ``int32(R**(t-1) * R)``): the running sums keep the scale ``alpha`` adds
+    (``1 / R`` per tile), so a new tile enters at the accumulated scale, ``l`` and ``acc``
+    grow by about ``R`` per tile and wrap int32 after a few tiles (counted in
+    ``int32_wraps``); the final ratio cancels the common scale.
 
     Args:
         q8, k8, v8: int8 arrays ``(..., Lq, d)``, ``(..., Lk, d)``, ``(..., Lk, dv)``; leading
@@ -745,6 +464,7 @@ def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int
             :data:`MASK_BIAS` (``-2**20``) masks a key.  Added with int32 wrapping.
         m_init: initial running max (``-2**20``; the paper's ``-2**21`` is the other choice).
         division: ShiftExp2 with integer division instead of multiply-shift (eq. 15).
+        scale_update: ``"release"`` (ScaleRelease, eq. 14) or ``"accumulate"`` (eq. 13).
         causal: mask key ``j > i + Lk - Lq`` (bottom-right) with the bias ``-2**20``
             (replacing ``bias`` there), as the authors' masked kernel does.
         return_stats: also return a :class:`QFlashStats` (without host constants).
@@ -775,6 +495,7 @@ def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int
     m_init = _int32_scalar(m_init, "m_init")
     bk = check_block(block_k, "block_k", ka.shape[-2])
     division = check_bool(division, "division")
+    accumulate = check_choice(scale_update, "scale_update", SCALE_UPDATES) == "accumulate"
     causal = check_bool(causal, "causal")
     check_bool(return_stats, "return_stats")
     Lq, d = qa.shape[-2:]
@@ -783,7 +504,8 @@ def qflash_core(q8, k8, v8, R: int, exp_M: int, req_M: int, l_M: int, acc_M: int
     planes, bmap, has_bias = _bias_planes(bias, lead, Lq, Lk)
     o8, cnt = _run_core(flat_lead(qa, lead, Lq, d), flat_lead(ka, lead, Lk, d),
                         flat_lead(va, lead, Lk, dv), R, exp_M, req_M,
-                        l_M, acc_M, bk, planes, bmap, has_bias, causal, m_init, division)
+                        l_M, acc_M, bk, planes, bmap, has_bias, causal, m_init, division,
+                        accumulate)
     o8 = o8.reshape(lead + (Lq, dv))
     if return_stats:
         return o8, _stats_from_counts(cnt, exp_M == 0, None)
@@ -817,25 +539,28 @@ def no_key_rows(prob: Problem) -> np.ndarray | None:
     return prob.no_key_rows()
 
 
-def qflash_options(Lk: int, d: int, block_k, m_init, division, on_hazard, scale_scope):
+def qflash_options(Lk: int, d: int, block_k, m_init, division, on_hazard, scale_scope,
+                   scale_update="release"):
     """The checks of the ``qflash`` scheme's options for a call with ``Lk`` keys of head dim
     ``d``, shared by the CPU pipeline and its device path: returns ``(scope, block_k, m_init,
-    division)`` as the pipeline uses them."""
+    division, accumulate)`` as the pipeline uses them (``accumulate``: ``scale_update ==
+    "accumulate"``)."""
     check_choice(on_hazard, "on_hazard", HAZARD_POLICIES)
     scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
     bk = check_block(block_k, "block_k", Lk)
     m_init = _int32_scalar(m_init, "m_init")
     division = check_bool(division, "division")
+    accumulate = check_choice(scale_update, "scale_update", SCALE_UPDATES) == "accumulate"
     if d > D_MAX:
         raise ValueError(f"d = {d} > {D_MAX}: int8 dot products could wrap int32")
-    return scope, bk, m_init, division
+    return scope, bk, m_init, division, accumulate
 
 
 def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
             m_init: int = M_INIT_DEFAULT, division: bool = False, on_hazard: str = "count",
-            scale_scope: str = "visible"):
-    scope, bk, m_init, division = qflash_options(prob.Lk, prob.d, block_k, m_init, division,
-                                                 on_hazard, scale_scope)
+            scale_scope: str = "visible", scale_update: str = "release"):
+    scope, bk, m_init, division, acc_mode = qflash_options(
+        prob.Lk, prob.d, block_k, m_init, division, on_hazard, scale_scope, scale_update)
     for name, x in (("q", prob.q), ("k", prob.k), ("v", prob.v)):
         float_input(x, name, finite=True, why=FINITE_WHY)
     # the per-tensor scales: of each sequence over its rows and keys that take part
@@ -863,7 +588,7 @@ def _qflash(prob: Problem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
                       ((prob.q, sq), (prob.k, sk), (prob.v, sv)))
         planes, bmap, has_bias = _mask_bias(prob, c.s, e0, e1)
         o8, cg = _run_core(q8, k8, v8, c.R, c.exp_M, c.req_M, c.l_M, c.acc_M, bk, planes,
-                           bmap, has_bias, prob.causal, m_init, division)
+                           bmap, has_bias, prob.causal, m_init, division, acc_mode)
         out[e0:e1] = (o8.astype(np.float64) * c.s_v).astype(np.float32)
         cnt[e0:e1] = cg
         consts.append(c.to_dict())
@@ -901,7 +626,8 @@ register(Scheme(
     "qflash",
     "QFlash integer-only flash attention (per-tensor int8, ShiftExp2, ScaleRelease)",
     _qflash,
-    options=("block_k", "m_init", "division", "on_hazard", "scale_scope"), stats=QFlashStats,
+    options=("block_k", "m_init", "division", "on_hazard", "scale_scope", "scale_update"),
+    stats=QFlashStats,
     order=40, error_bound=0.2,
     mask_floor=MASK_FLOOR, noise=lambda o: "int8_tensor", device="qflash_device:qflash",
 ))
@@ -909,4 +635,4 @@ register(Scheme(
 __all__ = ["QFlashConstants", "QFlashStats", "QFlashHazardError", "host_constants",
            "quantize_int8", "shift_exp2", "requant", "scale_release", "qflash_core",
            "no_key_rows", "BLOCK_K_DEFAULT", "M_INIT_DEFAULT", "MASK_BIAS", "SHIFT_EXP",
-           "SHIFT_RELEASE"]
+           "SHIFT_RELEASE", "SCALE_UPDATES"]

@@ -1,5 +1,5 @@
 """Device path of :mod:`.qflash`'s scheme ``qflash``: the CPU pipeline (:func:`.qflash._qflash`)
-and Algorithm 1 (``qflash._qflash_kernel``) in torch int64 operations on the tensors' device,
+and Algorithm 1 (``_qflash_rows._qflash_kernel``) in torch int64 operations on the tensors' device,
 bit-identical to the CPU path with equal statistics (docs/design.md "Row-wise schemes on the
 device").
 
@@ -7,7 +7,8 @@ Per row chunk (:func:`~.device_rows.chunks`): the exact scores ``q8 k8^T`` (floa
 int8 codes: exact, ``d <= 131071``), the int32 bias of the float mask (``rint(mask log2(e) /
 s)`` clipped, ``-2**20`` for ``-inf``; causal keys ``-2**20``), then every key tile of
 ``block_k`` keys for all rows of the chunk at once: the online max, ShiftExp2, requant,
-ScaleRelease and the ``l`` / ``acc`` updates as int64 tensors holding int32 values with the
+ScaleRelease (or Scale Accumulation, ``scale_update="accumulate"``) and the ``l`` / ``acc``
+updates as int64 tensors holding int32 values with the
 CPU's two's-complement wraps (:func:`wrap32`) and arithmetic shifts (a count outside ``[0,
 31]`` shifts by 63, the GPU's clamped shift), the tile's ``P8 v8`` as a float64 GEMM of
 integers (exact), and every hazard counted per row and summed per entry.  The final ``trunc(
@@ -24,9 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .device_rows import DeviceProblem, _check_finite, chunks, codes, row_amax, scoped_amax
-from .problem import LOG2E
-from .qflash import (
+from ._qflash_rows import (
     _C_EXP_OVF,
     _C_I32_WRAP,
     _C_M_INIT,
@@ -37,13 +36,17 @@ from .qflash import (
     _C_TILES,
     _C_ZERO_DEN,
     _NCOUNT,
-    BLOCK_K_DEFAULT,
     INT32_MAX,
     INT32_MIN,
-    M_INIT_DEFAULT,
     MASK_BIAS,
     SHIFT_EXP,
     SHIFT_RELEASE,
+)
+from .device_rows import DeviceProblem, _check_finite, chunks, codes, row_amax, scoped_amax
+from .problem import LOG2E
+from .qflash import (
+    BLOCK_K_DEFAULT,
+    M_INIT_DEFAULT,
     QFlashConstants,
     QFlashStats,
     check_exp_M,
@@ -71,7 +74,7 @@ def _ashr(a, n):
 
 
 def shift_exp2(x, R, exp_M, division: bool):
-    """ShiftExp2 (``qflash._shexp``) of int64 tensors: ``(y, overflows, other wraps)``, the
+    """ShiftExp2 (``_qflash_rows._shexp``) of int64 tensors: ``(y, overflows, other wraps)``, the
     counts as int64 tensors of ``y``'s shape."""
     import torch
 
@@ -99,7 +102,7 @@ def shift_exp2(x, R, exp_M, division: bool):
 
 
 def _requant(p, req_M):
-    """``qflash._requant``: ``(int8 value, wrapped to int8, other wraps)``."""
+    """``_qflash_rows._requant``: ``(int8 value, wrapped to int8, other wraps)``."""
     t = p * req_M
     a = wrap32(t)
     wr = (a != t).to(p.dtype)
@@ -112,10 +115,28 @@ def _requant(p, req_M):
 
 
 def _release(x, alpha, M):
-    """ScaleRelease (``qflash._release``): int64 products wrapping, ``(y, wrapped)``."""
+    """ScaleRelease (``_qflash_rows._release``): int64 products wrapping, ``(y, wrapped)``."""
     t = ((x * alpha) * M + (1 << (SHIFT_RELEASE - 1))) >> SHIFT_RELEASE
     y = wrap32(t)
     return y, (y != t).to(x.dtype)
+
+
+def _carry(x, alpha, M, term, f: int, accumulate: bool):
+    """``_qflash_rows._carry``: ``int32(ScaleRelease(x, alpha) + term)`` or, accumulating,
+    ``int32(int32(x * alpha) + int32(term * f))``; ``(y, wraps)``."""
+    if accumulate:
+        t = x * alpha
+        a = wrap32(t)
+        wr = (a != t).to(x.dtype)
+        t = term * f
+        b = wrap32(t)
+        wr = wr + (b != t)
+    else:
+        a, wr = _release(x, alpha, M)
+        b = term
+    raw = a + b
+    y = wrap32(raw)
+    return y, wr + (y != raw)
 
 
 def _f32_to_i32(v):
@@ -147,7 +168,8 @@ def _scales(dp: DeviceProblem, scope: str):
     return [np.where(a > 0, a / 127.0, 1.0) for a in amax], group
 
 
-def _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk: int, m_init: int, division: bool, cnt, out):
+def _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk: int, m_init: int, division: bool,
+           accumulate: bool, cnt, out):
     """Algorithm 1 for the rows of one chunk (all key tiles); adds the per-row counters to
     ``cnt`` (device int64 ``(B, _NCOUNT)``) and writes ``out``."""
     import torch
@@ -180,7 +202,13 @@ def _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk: int, m_init: int, division: bool, 
     seen = torch.zeros(n, dtype=torch.bool, device=dev)
     c_wrap, c_ovf, c_req, c_neg, c_resc = z.clone(), z.clone(), z.clone(), z.clone(), z.clone()
     nk = -(-Lk // bk)
+    f = torch.ones_like(z)  # Scale Accumulation: R**t per row (int32)
+    f_wrap = z.clone()
     for t in range(nk):
+        if accumulate and t > 0:
+            ff = f * R[:, 0]
+            f = wrap32(ff)
+            f_wrap = (f != ff).to(torch.int64)
         j0 = t * bk
         nv = min(bk, Lk - j0)
         st = S[:, j0:j0 + nv]
@@ -219,18 +247,12 @@ def _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk: int, m_init: int, division: bool, 
         if t > 0:
             c_neg += alpha < 0
             c_resc += mx != mrow
-        lr, wr = _release(lsum, alpha, lM)
-        c_wrap += wr
-        raw = lr + rowsum
-        lsum = wrap32(raw)
-        c_wrap += lsum != raw
+        lsum, wr = _carry(lsum, alpha, lM, rowsum, f, accumulate)
+        c_wrap += wr + f_wrap
         tile = torch.matmul(pv[:, :nv].double().reshape(gh, rows, nv),
                             v8[:, j0:j0 + nv]).to(torch.int64).reshape(n, dp.dv)
-        ar, wr = _release(acc, alpha[:, None], aM)
+        acc, wr = _carry(acc, alpha[:, None], aM, tile, f[:, None], accumulate)
         c_wrap += wr.sum(dim=1)
-        raw = ar + tile
-        acc = wrap32(raw)
-        c_wrap += (acc != raw).sum(dim=1)
         mrow = mx
     fl = lsum.to(torch.float32)
     o = _f32_to_i32(acc.to(torch.float32) / fl[:, None])
@@ -252,13 +274,13 @@ def _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk: int, m_init: int, division: bool, 
 
 def qflash(dp: DeviceProblem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT,
            m_init: int = M_INIT_DEFAULT, division: bool = False, on_hazard: str = "count",
-           scale_scope: str = "visible"):
+           scale_scope: str = "visible", scale_update: str = "release"):
     """Scheme ``qflash`` on the device (``qflash._qflash``'s options, checks, messages,
     constants, hazards and per-entry statistics)."""
     import torch
 
-    scope, bk, m_init, division = qflash_options(dp.Lk, dp.d, block_k, m_init, division,
-                                                 on_hazard, scale_scope)
+    scope, bk, m_init, division, accumulate = qflash_options(
+        dp.Lk, dp.d, block_k, m_init, division, on_hazard, scale_scope, scale_update)
     _check_finite(dp)
     B, dev = dp.B, dp.device
     s_ent, group = _scales(dp, scope)
@@ -284,7 +306,7 @@ def qflash(dp: DeviceProblem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT
     out = torch.empty((B, dp.Lq, dp.dv), dtype=torch.float32, device=dev)
     cnt = torch.zeros((B, _NCOUNT), dtype=torch.int64, device=dev)
     for g0, g1, r0, r1 in chunks(dp):
-        _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk, m_init, division, cnt, out)
+        _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk, m_init, division, accumulate, cnt, out)
     st = pipeline_stats(cnt.cpu().numpy(), zero, consts, on_hazard)
     return out, (st if return_stats else None)
 

@@ -3,9 +3,10 @@
 The paper numbers are typed once, in :data:`CLAIMS` (or taken from the ``PAPER_*`` constants of
 the study modules, which cite their table); *ours* is computed: from a ``lowprec study`` report
 (the SmolLM2 rows: BAPS Table 4 and perplexity) and from the synthetic studies run by
-:func:`synthetic_results` (QFlash Table 4 over five input seeds, INT-FlashAttention Tables 1
-and 2, IntAttention Table 9, HCCS KL, BAPS Figure 2 and the Table 1 ordering).  The verdict of
-each claim follows one rule per kind of claim (:func:`verdict`):
+:func:`synthetic_results` (QFlash Table 4 over five input seeds and Figure 5,
+INT-FlashAttention Tables 1 and 2, IntAttention Table 9, HCCS KL, BAPS Figures 1 and 2 and the
+Table 1 ordering).  The verdict of each claim follows one rule per kind of claim
+(:func:`verdict`):
 
 ======== ================================================================================
 kind     holds / partly / no
@@ -15,7 +16,8 @@ db       abs(ours - paper) <= 1.5 dB / <= 5 dB / more (SQNR in dB; with a seed s
          distance from the paper to the nearest seed's value)
 range    inside the paper's range / within a factor 3 of its nearer end / further
 order    the paper's ordering or qualitative statement holds / - / it does not
-share    the pairwise ordering agreement is >= 0.8 / >= 0.5 / lower
+share    the pairwise ordering agreement (or the share of cases where the statement holds)
+         is >= 0.8 / >= 0.5 / lower
 ======== ================================================================================
 
 A claim whose measurement is missing from the inputs (a model not installed, a study not run)
@@ -95,6 +97,26 @@ def _claims() -> list[Claim]:
               "with length; integer alpha stays bounded", None, "order",
               "growing-max synthetic rows, 512 vs 8192 keys"),
     ]
+    f1 = ("Gaussian score rows, std " + ", ".join(f"{s:g}" for s in _exp2.FIG1_SPREADS)
+          + " nats, 1024 keys")
+    t1 = _exp2.PAPER_TABLE1
+    out += [
+        Claim("baps:fig1:input", "BAPS", "Figure 1 (sec. 3.1)", "E4M3 represents S - m more "
+              "closely than E5M2", 1.0, "share", f1 + "; mean |x - fmt(x)|"),
+        Claim("baps:fig1:output", "BAPS", "Figure 1 (sec. 3.1)", "for 2**(S - m) in (0, 1] "
+              "E4M3 lacks resolution; E5M2 suits it better", 1.0, "share",
+              f1 + "; L1 error of the output rounding alone"),
+        Claim("baps:fig1:mixed", "BAPS", "Figure 1(a)", "E4M3 in / E5M2 out is closest to "
+              "FP32 (beats pure E4M3 and pure E5M2)", 1.0, "share",
+              f1 + "; L1 error of 2**x (= W1 of the distributions)"),
+        Claim("baps:fig1:mixed_ks", "BAPS", "Figure 1(a)", "E4M3 in / E5M2 out is closest to "
+              "FP32 (beats pure E4M3 and pure E5M2)", 1.0, "share",
+              f1 + "; KS distance of the distributions"),
+        Claim("baps:fig1:hif8", "BAPS", "sec. 3.1, Table 1", "HiF8 in / out is as accurate "
+              "as E4M3 in / E5M2 out (Table 1 at 64K: "
+              f"{t1['exp2_hif8'][1]} vs {t1['exp2_e4m3xe5m2'][1]})", 1.0, "value",
+              f1 + "; L1 error ratio, geometric mean over the stds", "x"),
+    ]
     out += [Claim(f"baps:t1:order{col}:s{s:g}", "BAPS", f"Table 1 ({col.upper()})",
                   "ordering of the seven configurations", 1.0, "share",
                   f"synthetic rows, score std {s:g}, 8192 keys")
@@ -103,6 +125,16 @@ def _claims() -> list[Claim]:
         for col, (s, _m) in ((c, _qf.PAPER_TABLE4[c][w]) for c in _qf.PAPER_TABLE4):
             out.append(Claim(f"qflash:t4:{col}:{w}", "QFlash", "Table 4", f"{col} SQNR on {w}",
                              s, "db", f"U(-4, 4) fp16, {w}, batch 8, seeds 0-4", "dB"))
+    f5 = (f"U(-4, 4) fp16, 6 heads x 64 rows, d = 64, {_qf.FIG5_TILES[0]}-"
+          f"{_qf.FIG5_TILES[-1]} key tiles of 32")
+    out += [
+        Claim("qflash:fig5:decrease", "QFlash", "Figure 5", "SQNR falls with the inner-loop "
+              "iterations under both scale updates", None, "order", f5),
+        Claim("qflash:fig5:collapse", "QFlash", "Figure 5", "Scale Accumulation (eq. 13) "
+              "collapses as accumulation progresses", None, "order", f5),
+        Claim("qflash:fig5:stable", "QFlash", "Figure 5", "ScaleRelease (eq. 14) stays "
+              "relatively stable", None, "order", f5),
+    ]
     for dist in ("normal", "uniform"):
         for col in ("fp8", "half", "full"):
             out.append(Claim(f"intflash:mre:{col}:{dist}", "INT-FlashAttention",
@@ -206,9 +238,11 @@ def synthetic_results(quick: bool = False, seeds=QFLASH_SEEDS) -> dict:
         seeds: QFlash Table 4 input seeds (the spread is reported).
 
     Returns:
-        ``{"qflash": {column: {workload: [SQNR per seed]}}, "intflash": mre_vs_fp8 result,
+        ``{"qflash": {column: {workload: [SQNR per seed]}}, "fig5": QFlash figure5 result,
+        "intflash": mre_vs_fp8 result,
         "table9": IntAttention table9 result, "hccs": kl_study result, "fig2": error
-        accumulation result, "exp2": exp2_comparison result, "quick": bool}``.
+        accumulation result, "exp2": exp2_comparison result, "fig1": BAPS figure1 result,
+        "quick": bool}``.
     """
     return synthetic_plan(quick, seeds).run()
 
@@ -216,37 +250,12 @@ def synthetic_results(quick: bool = False, seeds=QFLASH_SEEDS) -> dict:
 def synthetic_plan(quick: bool = False, seeds=QFLASH_SEEDS):
     """:func:`synthetic_results` as a :class:`~lowprec.studies.distributed.Plan`: one unit per
     QFlash seed (key ``("claims", "qflash", seed)``) and one per other study (``("claims",
-    "intflash")``, ``"table9"``, ``"hccs"``, ``"fig2"``, ``"exp2"``)."""
+    "intflash")``, ``"table9"``, ``"hccs"``, ``"fig2"``, ``"exp2"``, ``"fig5"``,
+    ``"fig1"``)."""
     from .distributed import Plan, Unit
 
     seeds = tuple(seeds)[:2] if quick else tuple(seeds)
     batch = 1 if quick else 8
-    lengths = (512, 2048) if quick else (512, 8192)
-    studies = {
-        "intflash": lambda: _if.mre_vs_fp8((1024,), ("normal", "uniform"),
-                                           n_query=32 if quick else 128),
-        "table9": lambda: _ia.table9(("structured",), heads=2 if quick else 8,
-                                     L=128 if quick else 256),
-        "hccs": lambda: _hccs.kl_study(calib_samples=4 if quick else 16,
-                                       eval_samples=4 if quick else 16),
-        "fig2": lambda: _baps.error_accumulation(lengths, heads=1 if quick else 2),
-        "exp2": lambda: _exp2.exp2_comparison(lengths[-1:], _exp2.SPREADS,
-                                              heads=1 if quick else 4),
-    }
-    units = [Unit(("claims", "qflash", s), lambda s=s: _qf.table4(
-        batch=batch, seed=s, columns=tuple(_qf.PAPER_TABLE4))) for s in seeds]
-    units += [Unit(("claims", name), fn) for name, fn in studies.items()]
-
-    def assemble(res: dict) -> dict:
-        qf: dict = {}
-        for s in seeds:
-            for w, row in res[("claims", "qflash", s)]["rows"].items():
-                for col, m in row.items():
-                    qf.setdefault(col, {}).setdefault(w, []).append(m["sqnr"])
-        return {"qflash": qf, "qflash_seeds": list(seeds), "qflash_batch": batch,
-                **{name: res[("claims", name)] for name in studies}, "quick": quick}
-
-    return Plan(units, assemble)
 
 
 def _ours(claim: Claim, report: dict | None, syn: dict | None):
@@ -342,6 +351,37 @@ def _ours(claim: Claim, report: dict | None, syn: dict | None):
         ls = syn["fig2"]["lengths"]
         return g_exp2 > 2 * g_e2e, f"x{g_exp2:.1f} vs x{g_e2e:.1f}", \
             f"error growth {ls[0]} -> {ls[-1]} keys, exp2_hif8 vs e2e_hif8"
+    if k.startswith("baps:fig1:"):
+        r = syn.get("fig1")
+        if not r:
+            return None, "-", "Figure 1 study not run"
+        v = _exp2.figure1_verdicts(r)
+        item = k.split(":")[-1]
+        sp = r["spreads"]
+        if item == "hif8":
+            g = float(np.exp(np.mean(np.log(list(v["hif8"].values())))))
+            return g, f"{g:.2f}", "HiF8 / mixed L1 error per std: " + ", ".join(
+                f"{s:g}: {x:.2f}" for s, x in v["hif8"].items())
+        held, n = v[item]
+
+        def per(d, fmts, scale=100.0, spec=".2f"):
+            return "; ".join(f"std {s:g}: " + " / ".join(f"{scale * d[f][s]:{spec}}"
+                                                         for f in fmts) for s in sp)
+
+        if item == "input":
+            why = "mean |dx| E4M3 / E5M2 at " + per(r["input_error"], ("e4m3", "e5m2"), 1,
+                                                     ".3f")
+        elif item == "output":
+            why = "L1 % E5M2 / E4M3 at " + per(r["output_error"], ("e5m2", "e4m3"))
+        else:
+            m = "mass_error" if item == "mixed" else "ks"
+            why = f"{'L1' if item == 'mixed' else 'KS'} % mixed / E4M3 / E5M2 at " + per(
+                r[m], ("exp2_e4m3xe5m2", "exp2_e4m3", "exp2_e5m2"))
+            if item == "mixed_ks":
+                z = r["zero_share"]["exp2_e4m3xe5m2"]
+                why += "; at large stds KS = the share flushed to 0 (mixed: " + ", ".join(
+                    f"{100 * z[s]:.1f} %" for s in sp) + ")"
+        return held / n, f"{held}/{n}", why
     if k.startswith("baps:t1:order"):
         _, _, order, spread = k.split(":")
         col = 0 if order.endswith("32k") else 1
@@ -361,6 +401,26 @@ def _ours(claim: Claim, report: dict | None, syn: dict | None):
         m, lo, hi = float(np.mean(vals)), float(min(vals)), float(max(vals))
         return (m, lo, hi), f"{m:.2f} [{lo:.2f}, {hi:.2f}]", \
             f"mean [min, max] over {len(vals)} seeds (spread {hi - lo:.2f} dB)"
+    if k.startswith("qflash:fig5:"):
+        r = syn.get("fig5")
+        if not r:
+            return None, "-", "Figure 5 study not run"
+        v = _qf.figure5_verdicts(r)
+        rel, acc, ts = r["release"], r["accumulate"], r["tiles"]
+        rule = _qf.FIG5_RULES
+        span = f"{ts[0]} -> {ts[-1]} iterations"
+        if k.endswith("decrease"):
+            return v["decrease"], f"{rel[0]:.1f}->{rel[-1]:.1f}, {acc[0]:.1f}->{acc[-1]:.1f}", \
+                f"SQNR dB of release, accumulation over {span}"
+        if k.endswith("collapse"):
+            return v["collapse"], f"{acc[-1]:.1f} vs {rel[-1]:.1f}", \
+                f"after {ts[-1]} iterations (rule: < {rule['COLLAPSE_DB']:g} dB and " \
+                f"{rule['GAP_DB']:g} dB under release); collapsed from {v['first']} " \
+                f"iterations on, where R**t (R = {r['R']}) times a tile's sums wraps int32 " \
+                f"({r['wraps']['accumulate'][-1]} wraps at {ts[-1]})"
+        return v["stable"], f"-{rel[0] - rel[-1]:.1f} dB", \
+            f"release loses {rel[0] - rel[-1]:.2f} dB over {span} (rule: < " \
+            f"{rule['STABLE_DB']:g} dB); {r['wraps']['release'][-1]} int32 wraps"
     if k.startswith("intflash:mre:"):
         _, _, col, dist = k.split(":")
         v = syn["intflash"][dist][col + "_row4"][0]
@@ -419,7 +479,7 @@ def _show(c: Claim) -> str:
     if c.kind == "range":
         return f"{v[0]}-{v[1]}"
     if c.kind == "share":
-        return "all pairs"
+        return "all pairs" if c.key.startswith("baps:t1:order") else "all cases"
     if c.unit == "%":
         return f"{100 * v:.2f}"
     return f"{v:.2f}" if c.unit == "x" or c.unit == "dB" else f"{v:.4g}"

@@ -14,6 +14,15 @@ paper's accuracy, higher is better.
 
 Inputs: ``q``, ``k``, ``v`` standard normal, q and k scaled by ``sqrt(spread)`` (score std
 about ``spread``), the last ``n_query`` queries against all ``L`` keys, non-causal.
+
+:func:`figure1` is the paper's Figure 1 and section 3.1 without attention around it: the
+exponent input ``x = S - m`` (base 2, max-subtracted rows of Gaussian scores) rounded to the
+input format, ``2**x`` through the float16 step of the paper's Algorithm 2, rounded to the
+output format (:func:`lowprec.kernels.baps.exp2_in_format`, the kernels' own chain), against
+``2**x`` in float64.  The paper's statements: E4M3 represents ``x`` more closely than E5M2;
+for ``2**x`` in ``(0, 1]`` E4M3 "lacks sufficient resolution", E5M2 suits it better; E4M3 in /
+E5M2 out "most closely approximates the FP32 reference distribution" of the three FP8
+choices; HiF8 in / out is adopted as the practical alternative (Table 1: as accurate).
 """
 
 from __future__ import annotations
@@ -22,7 +31,10 @@ import itertools
 
 import numpy as np
 
+from ..formats import api as _fmt
 from ..kernels import attention
+from ..kernels.baps import exp2_in_format
+from ..kernels.problem import LOG2E
 from .baps import relative_error
 
 #: Table 1 of the paper: CWE accuracy (%) per configuration at 32K, 64K and 96K tokens.
@@ -39,6 +51,12 @@ PAPER_LENGTHS = (32768, 65536, 98304)
 CONFIGS = tuple(PAPER_TABLE1)
 LENGTHS = (512, 2048, 8192)
 SPREADS = (1.0, 3.0)
+#: Figure 1: label -> (input format, output format) of the exp2, the paper's four FP8 choices
+FIG1_PAIRS = {"exp2_e4m3": ("e4m3", "e4m3"), "exp2_e5m2": ("e5m2", "e5m2"),
+              "exp2_e4m3xe5m2": ("e4m3", "e5m2"), "exp2_hif8": ("hif8", "hif8")}
+#: Figure 1: score standard deviations (nats); the paper's scores come from its models, whose
+#: spread it does not give, so the verdicts are shares over these
+FIG1_SPREADS = (1.0, 2.0, 3.0, 5.0)
 
 
 def exp2_comparison(lengths=LENGTHS, spreads=SPREADS, configs=CONFIGS, *, heads: int = 4,
@@ -75,6 +93,143 @@ def exp2_comparison(lengths=LENGTHS, spreads=SPREADS, configs=CONFIGS, *, heads:
                 errors[c][float(s)].append(relative_error(out, ref))
     return {"lengths": list(lengths), "spreads": [float(s) for s in spreads],
             "errors": errors, "heads": heads, "n_query": n_query}
+
+
+def figure1_inputs(L: int = 1024, rows: int = 64, spread: float = 1.0,
+                   seed: int = 0) -> np.ndarray:
+    """float32 ``(rows, L)`` exponent inputs ``x = fl32(fl32(s log2 e) - max)``: rows of ``L``
+    Gaussian scores ``s`` of standard deviation ``spread`` (nats), minus their row max, in
+    base 2 as FlashAttention-2 forms them (every ``x <= 0``, one 0 per row)."""
+    rng = np.random.default_rng(seed)
+    s = rng.standard_normal((rows, L)) * spread
+    x2 = (s.astype(np.float32) * np.float32(LOG2E)).astype(np.float32)
+    return (x2 - x2.max(axis=1, keepdims=True)).astype(np.float32)
+
+
+def ks_distance(a, b) -> float:
+    """Kolmogorov-Smirnov distance between the empirical distributions of two equally long
+    samples: the largest difference of their CDFs (share of values)."""
+    a = np.sort(np.ravel(a))
+    b = np.sort(np.ravel(b))
+    t = np.concatenate([a, b])
+    fa = np.searchsorted(a, t, side="right")
+    fb = np.searchsorted(b, t, side="right")
+    return float(np.max(np.abs(fa - fb))) / a.size
+
+
+def figure1(spreads=FIG1_SPREADS, *, L: int = 1024, rows: int = 64, pairs=tuple(FIG1_PAIRS),
+            seed: int = 0) -> dict:
+    """Accuracy of ``2**x`` for each FP8 input/output pair (the paper's Figure 1).
+
+    For each spread: ``x`` from :func:`figure1_inputs`, ``y = 2**x`` in float64 (the float64
+    ``exp2`` of a float32 ``x`` is within 2**-52 of the exact power), and per pair ``y8 =
+    exp2_in_format(x, fmt_in, fmt_out)`` (input rounding, ``2**x`` rounded to float16, output
+    rounding; the BAPS kernels' chain).  Measures, over all ``rows * L`` values:
+
+    * ``input_error``: mean ``|fmt_in(x) - x|`` (base-2 exponent units);
+    * ``mass_error``: ``sum |y8 - y| / sum y``, the L1 error of the unnormalised softmax
+      weights; since every rounding is monotone it is also the Wasserstein-1 distance between
+      the distributions of ``y8`` and ``y`` (Figure 1(a)'s comparison), divided by mean ``y``;
+    * ``ks``: the Kolmogorov-Smirnov distance between the distributions of ``y8`` and ``y``
+      (count-weighted: values flushed to 0 weigh as much as the row max);
+    * ``zero_share``: the share of values that become 0 (below the output format's range);
+    * ``output_error``: ``mass_error`` of the output rounding alone, ``fmt_out(fp16(2**x))``
+      of the unrounded ``x`` (Figure 1(b): how well the format holds ``(0, 1]``), per output
+      format.
+
+    Returns:
+        ``{"spreads", "L", "rows", "pairs": {label: (fmt_in, fmt_out)}, "input_error":
+        {fmt: {spread: e}}, "output_error": {fmt: {spread: e}}, "mass_error": {label:
+        {spread: e}}, "ks": {label: {spread: d}}, "zero_share": {label: {spread: share}}}``.
+
+    Example:
+        >>> r = figure1((1.0,), L=256, rows=4)
+        >>> r["input_error"]["e4m3"][1.0] < r["input_error"]["e5m2"][1.0]
+        True
+    """
+    for lab in pairs:
+        if lab not in FIG1_PAIRS:
+            raise ValueError(f"pair {lab!r} is not one of {', '.join(FIG1_PAIRS)}")
+    fmts_in = sorted({FIG1_PAIRS[p][0] for p in pairs})
+    fmts_out = sorted({FIG1_PAIRS[p][1] for p in pairs})
+    res: dict = {"spreads": [float(s) for s in spreads], "L": L, "rows": rows,
+                 "pairs": {p: FIG1_PAIRS[p] for p in pairs},
+                 **{k: {} for k in ("input_error", "output_error", "mass_error", "ks",
+                                    "zero_share")}}
+    for s in spreads:
+        s = float(s)
+        x = figure1_inputs(L, rows, s, seed)
+        x64 = x.astype(np.float64)
+        y = np.exp2(x64)
+        total = float(y.sum())
+        for f in fmts_in:
+            xi = np.asarray(_fmt.quantize(x, f, saturate=True), dtype=np.float64)
+            res["input_error"].setdefault(f, {})[s] = float(np.mean(np.abs(xi - x64)))
+        y16 = y.astype(np.float16)
+        for f in fmts_out:
+            yo = np.asarray(_fmt.quantize(y16.astype(np.float32), f, saturate=False),
+                            dtype=np.float64)
+            res["output_error"].setdefault(f, {})[s] = float(np.abs(yo - y).sum()) / total
+        for p in pairs:
+            y8 = exp2_in_format(x, *FIG1_PAIRS[p]).astype(np.float64)
+            res["mass_error"].setdefault(p, {})[s] = float(np.abs(y8 - y).sum()) / total
+            res["ks"].setdefault(p, {})[s] = ks_distance(y8, y)
+            res["zero_share"].setdefault(p, {})[s] = float(np.mean(y8 == 0))
+    return res
+
+
+def figure1_verdicts(res: dict) -> dict:
+    """The paper's statements tested on a :func:`figure1` result, as shares of the cases in
+    which they hold (a case: one spread, or one spread and one rival pair):
+
+    * ``input``: E4M3 rounds ``x`` closer than E5M2 (mean error);
+    * ``output``: E5M2 holds ``2**x`` closer than E4M3 (``output_error``);
+    * ``mixed``: E4M3 -> E5M2 beats each pure pair (E4M3, E5M2) in ``mass_error``;
+    * ``mixed_ks``: the same in the KS distance;
+    * ``hif8``: ``{spread: mass error of HiF8 / that of E4M3 -> E5M2}``.
+
+    Returns:
+        ``{"input": (held, cases), "output": ..., "mixed": ..., "mixed_ks": ..., "hif8":
+        {spread: ratio}}``.
+    """
+    sp = res["spreads"]
+    ie, oe = res["input_error"], res["output_error"]
+
+    def beats(metric):
+        m = res[metric]
+        return (sum(m["exp2_e4m3xe5m2"][s] < m[p][s] for s in sp
+                    for p in ("exp2_e4m3", "exp2_e5m2")), 2 * len(sp))
+
+    return {"input": (sum(ie["e4m3"][s] < ie["e5m2"][s] for s in sp), len(sp)),
+            "output": (sum(oe["e5m2"][s] < oe["e4m3"][s] for s in sp), len(sp)),
+            "mixed": beats("mass_error"), "mixed_ks": beats("ks"),
+            "hif8": {s: res["mass_error"]["exp2_hif8"][s] / res["mass_error"][
+                "exp2_e4m3xe5m2"][s] for s in sp}}
+
+
+def format_figure1(res: dict) -> str:
+    """The errors of :func:`figure1` per spread: input error in exponent units, the others in
+    % (KS and zero share in % of the values)."""
+    sp = res["spreads"]
+    head = "".join(f"{f'std {s:g}':>9}" for s in sp)
+    lines = [f"BAPS Figure 1: 2**x with x = S - m in FP8 ({res['rows']} rows x {res['L']} "
+             "Gaussian scores of std (nats) below; vs float64)"]
+
+    def block(title, d, scale):
+        lines.append(f"{title:<34}{head}")
+        for f, v in d.items():
+            lines.append(f"  {f:<32}" + "".join(f"{scale * v[s]:>9.3f}" for s in sp))
+
+    block("input error (mean |dx|)", res["input_error"], 1)
+    block("output error (mass %)", res["output_error"], 100)
+    block("in -> out: mass error %", res["mass_error"], 100)
+    block("in -> out: KS distance %", res["ks"], 100)
+    block("in -> out: zero share %", res["zero_share"], 100)
+    v = figure1_verdicts(res)
+    lines.append("cases where the paper's statement holds: " + ", ".join(
+        f"{k} {v[k][0]}/{v[k][1]}" for k in ("input", "output", "mixed", "mixed_ks"))
+        + "; HiF8 / mixed mass error: " + ", ".join(f"{r:.2f}" for r in v["hif8"].values()))
+    return "\n".join(lines)
 
 
 def rank_agreement(errors: dict, paper_column: int = 1) -> dict:
@@ -131,4 +286,6 @@ def format_exp2_comparison(res: dict) -> str:
 
 
 __all__ = ["exp2_comparison", "format_exp2_comparison", "rank_agreement", "PAPER_TABLE1",
-           "PAPER_LENGTHS", "CONFIGS"]
+           "PAPER_LENGTHS", "CONFIGS", "FIG1_PAIRS", "FIG1_SPREADS", "figure1_inputs",
+           "ks_distance", "figure1",
+           "figure1_verdicts", "format_figure1"]

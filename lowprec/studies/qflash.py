@@ -16,6 +16,11 @@
   score unit ``s`` scale with amplitude squared, and ``exp_M = round(-s * 2**16)`` becomes
   coarse and then 0 for small inputs (no range reduction in ShiftExp2): QFlash collapses there
   while INT-FlashAttention (float softmax) does not; large inputs overflow ``x * exp_M``.
+* :func:`figure5` - the paper's Figure 5 (appendix B.1.1): SQNR of QFlash against the number of
+  inner-loop iterations (key tiles of 32), with ScaleRelease (eq. 14, the scheme's default) and
+  with Scale Accumulation (eq. 13, ``scale_update="accumulate"``).  The paper gives no
+  numbers, only that both fall with the iterations, that Scale Accumulation collapses and
+  that ScaleRelease stays "relatively stable" (:data:`FIG5_RULES` turns these into tests).
 
 Both return plain data; ``format_*`` print our numbers next to the paper's.
 """
@@ -27,7 +32,7 @@ import math
 import numpy as np
 
 from ..kernels import attention, schemes
-from ..kernels.qflash import QFlashConstants
+from ..kernels.qflash import BLOCK_K_DEFAULT, SCALE_UPDATES, QFlashConstants
 from ..stats import sqnr
 
 #: Table 1 of the paper: workload -> (windows, heads, N, D); Swin windows fold into the batch.
@@ -51,6 +56,14 @@ COLUMNS = {
     "intflash_half": ("intflash", {"variant": "half"}),
 }
 AMPLITUDES = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+#: Figure 5: inner-loop iterations (key tiles of ``block_k`` keys) of the comparison
+FIG5_TILES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+#: how the paper's words about Figure 5 are tested (dB): Scale Accumulation "collapses" when,
+#: after the last iteration, its SQNR is below COLLAPSE_DB (an output error at least a third of
+#: the signal) and at least GAP_DB under ScaleRelease's; ScaleRelease stays "relatively
+#: stable" when it loses less than STABLE_DB (a factor 2 in error amplitude) from the first
+#: iteration to the last.
+FIG5_RULES = {"COLLAPSE_DB": 10.0, "GAP_DB": 10.0, "STABLE_DB": 6.0}
 
 
 def workload_inputs(name: str, batch: int = 8, amplitude: float = 4.0, seed: int = 0):
@@ -178,6 +191,82 @@ def format_amplitude_sweep(res: dict) -> str:
     return "\n".join(lines)
 
 
+def figure5(tiles=FIG5_TILES, *, heads: int = 6, n_query: int = 64, d: int = 64,
+            amplitude: float = 4.0, block_k: int = BLOCK_K_DEFAULT, seed: int = 0) -> dict:
+    """The paper's Figure 5: QFlash SQNR against the inner-loop iterations, ScaleRelease vs
+    Scale Accumulation.
+
+    For each ``t`` in ``tiles``: ``q (1, heads, n_query, d)``, ``k, v (1, heads, t * block_k,
+    d)``, U(-amplitude, amplitude) float16 (Table 4's inputs; A2's heads and head dim), so that
+    every query row runs ``t`` iterations of Algorithm 1's inner loop; SQNR against float64
+    attention of QFlash with ``scale_update="release"`` and ``"accumulate"``
+    (:mod:`lowprec.kernels.qflash`), and the int32 wraps each counted.  The inputs of each
+    ``t`` are drawn from ``seed`` (the first ``t * block_k`` keys differ between lengths).
+
+    Returns:
+        ``{"tiles": [...], "keys": [...], "release": [dB], "accumulate": [dB],
+        "wraps": {mode: [int32 wraps]}, "R": int, "settings": dict}``.
+
+    Example:
+        >>> r = figure5((1, 4), heads=1, n_query=8)
+        >>> r["accumulate"][1] < r["release"][1] - 10
+        True
+    """
+    res: dict = {"tiles": [], "keys": [], "wraps": {m: [] for m in SCALE_UPDATES},
+                 **{m: [] for m in SCALE_UPDATES}}
+    for t in tiles:
+        rng = np.random.default_rng(seed)
+        L = int(t) * block_k
+        q = rng.uniform(-amplitude, amplitude, (1, heads, n_query, d)).astype(np.float16)
+        k, v = (rng.uniform(-amplitude, amplitude, (1, heads, L, d)).astype(np.float16)
+                for _ in range(2))
+        ref = attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+                        "reference").astype(np.float64)
+        for m in SCALE_UPDATES:
+            out, st = attention(q, k, v, "qflash", scale_update=m, block_k=block_k,
+                                return_stats=True)
+            res[m].append(sqnr_mse(out, ref)[0])
+            res["wraps"][m].append(int(st.total_int32_wraps))
+        res["R"] = st.constants[0]["R"]
+        res["tiles"].append(int(t))
+        res["keys"].append(L)
+    res["settings"] = {"heads": heads, "n_query": n_query, "d": d, "amplitude": amplitude,
+                       "block_k": block_k, "seed": seed}
+    return res
+
+
+def figure5_verdicts(res: dict) -> dict:
+    """The paper's three statements about Figure 5 tested on a :func:`figure5` result
+    (:data:`FIG5_RULES`): ``{"decrease": bool, "collapse": bool, "stable": bool, "first":
+    first iteration count where Scale Accumulation is GAP_DB under ScaleRelease (or None)}``."""
+    rel, acc = res["release"], res["accumulate"]
+    r = FIG5_RULES
+    first = next((t for t, a, b in zip(res["tiles"], acc, rel, strict=True)
+                  if a < b - r["GAP_DB"]), None)
+    return {"decrease": rel[-1] < rel[0] and acc[-1] < acc[0],
+            "collapse": acc[-1] < r["COLLAPSE_DB"] and acc[-1] < rel[-1] - r["GAP_DB"],
+            "stable": rel[0] - rel[-1] < r["STABLE_DB"], "first": first}
+
+
+def format_figure5(res: dict) -> str:
+    """One line per iteration count: SQNR and int32 wraps of both modes."""
+    s = res["settings"]
+    lines = [f"QFlash Figure 5: SQNR (dB) vs inner-loop iterations, U(-{s['amplitude']:g}, "
+             f"{s['amplitude']:g}) fp16, {s['heads']} heads x {s['n_query']} queries, d = "
+             f"{s['d']}, key tiles of {s['block_k']}, R = {res['R']} (the paper plots the "
+             "trend only)",
+             f"{'iters':>6} {'keys':>6} {'release':>9} {'accumulate':>11} {'wraps rel':>10} "
+             f"{'wraps acc':>10}"]
+    for i, t in enumerate(res["tiles"]):
+        lines.append(f"{t:6d} {res['keys'][i]:6d} {res['release'][i]:9.2f} "
+                     f"{res['accumulate'][i]:11.2f} {res['wraps']['release'][i]:10d} "
+                     f"{res['wraps']['accumulate'][i]:10d}")
+    v = figure5_verdicts(res)
+    lines.append(f"both fall: {v['decrease']}; accumulation collapses: {v['collapse']} (from "
+                 f"{v['first']} iterations); release stable: {v['stable']}")
+    return "\n".join(lines)
+
+
 def print_table4(**kwargs) -> dict:
     """Run :func:`table4` and print it; returns the result."""
     res = table4(**kwargs)
@@ -200,4 +289,5 @@ def constants_for_amplitude(a: float, d: int = 64) -> QFlashConstants:
 
 __all__ = ["WORKLOADS", "PAPER_TABLE4", "table4", "format_table4", "print_table4",
            "amplitude_sweep", "format_amplitude_sweep", "print_amplitude_sweep",
-           "workload_inputs", "sqnr_mse", "constants_for_amplitude"]
+           "workload_inputs", "sqnr_mse", "constants_for_amplitude", "FIG5_TILES", "FIG5_RULES",
+           "figure5", "figure5_verdicts", "format_figure5"]

@@ -75,8 +75,12 @@ def f32_to_i32(v: np.float32) -> int:
 
 
 def qflash_head(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k=32, bias=None,
-                m_init=MASK_BIAS, division=False, causal=False):
+                m_init=MASK_BIAS, division=False, causal=False, scale_update="release"):
     """One head: int8 ``q8 (Lq, d)``, ``k8 (Lk, d)``, ``v8 (Lk, dv)`` -> ``(o8, counts)``.
+
+    ``scale_update="accumulate"``: Scale Accumulation (the paper's eq. 13): no ScaleRelease;
+    ``l`` and ``acc`` are multiplied by ``alpha`` and tile ``t``'s sums enter times ``R**t``
+    (all int32, wrapping).
 
     ``bias``: None or an int ``(Lq, Lk)`` array.  ``counts``: dict with ``tiles``,
     ``rescales``, ``exp_overflows``, ``requant_wraps``, ``output_wraps``, ``zero_denominators``,
@@ -93,6 +97,7 @@ def qflash_head(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k=32, bias=None,
     for i in range(Lq):
         m, l, acc = m_init, 1, [0] * dv
         for t, j0 in enumerate(range(0, Lk, block_k)):
+            f = i32(R**t)  # the accumulated scale of tile t (int32 products wrap mod 2**32)
             scores = []
             for j in range(j0, j0 + block_k):
                 if j >= Lk:
@@ -118,10 +123,16 @@ def qflash_head(q8, k8, v8, R, exp_M, req_M, l_M, acc_M, block_k=32, bias=None,
             alpha, ovf = shift_exp2(i32(m - m_new), R, exp_M, division)
             counts["exp_overflows"] += ovf
             counts["negative_weights"] += alpha < 0 and t > 0
-            l = i32(scale_release(l, alpha, l_M) + sum(p8))
+            if scale_update == "accumulate":
+                l = i32(i32(l * alpha) + i32(sum(p8) * f))
+            else:
+                l = i32(scale_release(l, alpha, l_M) + sum(p8))
             for c in range(dv):
                 pv_sum = sum(p8[jj] * v[j0 + jj][c] for jj in range(len(p8)) if j0 + jj < Lk)
-                acc[c] = i32(scale_release(acc[c], alpha, acc_M) + pv_sum)
+                if scale_update == "accumulate":
+                    acc[c] = i32(i32(acc[c] * alpha) + i32(pv_sum * f))
+                else:
+                    acc[c] = i32(scale_release(acc[c], alpha, acc_M) + pv_sum)
             counts["tiles"] += 1
             if t > 0 and m_new != m:
                 counts["rescales"] += 1
