@@ -1,5 +1,5 @@
 """Symmetric int8 codes on the device in one pass: ``clamp(RNE(fl64(x) / fl64(s)), -127, 127)``
-(the CPU's ``_int8`` rule, :func:`lowprec.kernels.device_rows.codes` in torch operations),
+(``-128`` as the lower clamp for QFlash; the CPU's ``_int8`` rule, :func:`lowprec.kernels.device_rows.codes` in torch operations),
 read from float32 rows and written as int8, for the row-wise schemes' q, k and v.
 
 The division is IEEE float64 (``div.rn.f64``), the rounding to an integer is done on the
@@ -18,8 +18,8 @@ from ._launch import LAUNCH_OPTS, device_guard, interpreting
 
 
 @triton.jit
-def _int8_codes_kernel(X, SRC, S, OUT, L, D, s_b, s_l, BLOCK_L: tl.constexpr,
-                       BD: tl.constexpr):
+def _int8_codes_kernel(X, SRC, S, OUT, L, D, s_b, s_l, QMIN: tl.constexpr,
+                       BLOCK_L: tl.constexpr, BD: tl.constexpr):
     """``OUT[b, l, :] = codes(X[SRC[b], l, :] / S[b * s_b + l * s_l])`` for rows ``l < L``."""
     b = tl.program_id(1)
     rows = tl.program_id(0) * BLOCK_L + tl.arange(0, BLOCK_L)
@@ -38,18 +38,20 @@ def _int8_codes_kernel(X, SRC, S, OUT, L, D, s_b, s_l, BLOCK_L: tl.constexpr,
     up = (fr > 0.5) | ((fr == 0.5) & odd)
     down = (fr < -0.5) | ((fr == -0.5) & odd)
     r = t + up.to(tl.int32) - down.to(tl.int32)
-    r = tl.minimum(tl.maximum(r, -127), 127)
+    r = tl.minimum(tl.maximum(r, QMIN), 127)
     tl.store(OUT + (b.to(tl.int64) * L + rows[:, None].to(tl.int64)) * D + cols[None, :],
              r.to(tl.int8), mask=ok)
 
 
-def int8_codes(x, scales, src=None):
-    """int8 codes ``(B, L, D)`` of float32 ``x`` ``(Bx, L, D)`` (C-contiguous).
+def int8_codes(x, scales, src=None, qmin: int = -127):
+    """int8 codes ``(B, L, D)`` of float32 ``x`` ``(Bx, L, D)`` (C-contiguous), clamped to
+    ``[qmin, 127]`` (``qmin`` -127 or -128).
 
     Args:
         x: float32 tensor; entry ``b`` of the result reads ``x[src[b]]`` (``src`` None:
             ``x[b]``, ``B = Bx``).
-        scales: float32 ``(B, L)`` (one scale per row) or ``(B,)`` (one per entry), > 0.
+        scales: float32 or float64 ``(B, L)`` (one scale per row) or ``(B,)`` (one per
+            entry), > 0.
         src: None or int64 ``(B,)`` tensor on x's device.
     """
     import torch
@@ -61,13 +63,14 @@ def int8_codes(x, scales, src=None):
         return out
     if src is None:
         src = torch.arange(B, dtype=torch.int64, device=x.device)
-    s = scales.to(torch.float32).contiguous()
+    s = scales.contiguous()
     s_b, s_l = (s.stride(0), s.stride(1)) if s.dim() == 2 else (1, 0)
     bd = max(16, triton.next_power_of_2(D))
     bl = max(1, min(256 if interpreting() else 64, 8192 // bd))
     with device_guard(x):
         _int8_codes_kernel[(triton.cdiv(L, bl), B)](
-            x.contiguous(), src.contiguous(), s, out, L, D, s_b, s_l, BLOCK_L=bl, BD=bd,
+            x.contiguous(), src.contiguous(), s, out, L, D, s_b, s_l, QMIN=int(qmin),
+            BLOCK_L=bl, BD=bd,
             **LAUNCH_OPTS)
     return out
 

@@ -388,7 +388,22 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
                      saturated=sat, dp=dp, host=hs)
 
 
-def int8_codes(x, scales, src=None):
+#: run the fused Triton kernels on CPU tensors under ``TRITON_INTERPRET=1`` (tests switch it
+#: off to compare the kernels with the torch-operations paths)
+FUSED_ON_INTERPRETER = True
+
+
+def fused_kernels(dp: DeviceProblem) -> bool:
+    """Whether a scheme's fused Triton kernel may run the call: CUDA tensors, or CPU tensors
+    under Triton's interpreter (:data:`FUSED_ON_INTERPRETER`)."""
+    if dp.device.type == "cuda":
+        return True
+    from ..gpu._launch import interpreting
+
+    return interpreting() and FUSED_ON_INTERPRETER
+
+
+def int8_codes(x, scales, src=None, qmin: int = -INT8_QMAX):
     """int8 codes of float32 ``x`` (:func:`lowprec.gpu.int8codes.int8_codes`: CUDA tensors,
     or CPU tensors under Triton's interpreter; otherwise :func:`codes` in torch operations)."""
     import torch
@@ -398,10 +413,10 @@ def int8_codes(x, scales, src=None):
     if x.is_cuda or interpreting():
         from ..gpu.int8codes import int8_codes as kernel
 
-        return kernel(x, scales, src)
+        return kernel(x, scales, src, qmin)
     xs = x if src is None else x[src]
     s = scales if scales.dim() == 2 else scales[:, None].expand(xs.shape[0], xs.shape[1])
-    return codes(xs, s).to(torch.int8)
+    return codes(xs, s, qmin).to(torch.int8)
 
 
 def out_rows(acc, sv, pmax: float):
@@ -416,4 +431,5 @@ def out_rows(acc, sv, pmax: float):
 
 __all__ = ["DeviceProblem", "DeviceRows", "DeviceQKV", "quantize_problem", "chunks", "codes",
            "row_amax", "entry_scales", "scoped_amax", "none_visible", "out_rows",
+           "fused_kernels", "int8_codes",
            "DEVICE_CHUNK_ELEMS"]

@@ -49,7 +49,14 @@ from ._intattention_rows import (
     UINT16_MOD,
 )
 from ..gpu._launch import host_to_device
-from .device_rows import DeviceProblem, chunks, none_visible, out_rows, quantize_problem
+from .device_rows import (
+    DeviceProblem,
+    chunks,
+    fused_kernels,
+    none_visible,
+    out_rows,
+    quantize_problem,
+)
 from .intattention import (
     BITS_DEFAULT,
     BLOCK_DEFAULT,
@@ -221,19 +228,8 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
 
 def _fused_ok(dp: DeviceProblem, deploy: bool) -> bool:
     """Whether the fused Triton kernel (:mod:`lowprec.gpu.index_attention`) computes the
-    call: no mask, no deploy mode, a CUDA tensor (or CPU tensors under Triton's
-    interpreter)."""
-    if deploy or dp.mask is not None:
-        return False
-    if dp.device.type == "cuda":
-        return True
-    from ..gpu._launch import interpreting
-
-    return interpreting() and FUSED_ON_INTERPRETER
-
-
-#: run the fused kernel on CPU tensors under ``TRITON_INTERPRET=1`` (the tests switch it)
-FUSED_ON_INTERPRETER = True
+    call: no mask, no deploy mode (:func:`~.device_rows.fused_kernels`)."""
+    return not deploy and dp.mask is None and fused_kernels(dp)
 
 
 def _intattention_rows(dp, qz, alpha_row, cint_t, mult_t, lut_t, iz, nb, mode, pmax, dep,

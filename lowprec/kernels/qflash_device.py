@@ -42,7 +42,16 @@ from ._qflash_rows import (
     SHIFT_EXP,
     SHIFT_RELEASE,
 )
-from .device_rows import DeviceProblem, _check_finite, chunks, codes, row_amax, scoped_amax
+from .device_rows import (
+    DeviceProblem,
+    _check_finite,
+    chunks,
+    codes,
+    fused_kernels,
+    int8_codes,
+    row_amax,
+    scoped_amax,
+)
 from .problem import LOG2E
 from .qflash import (
     BLOCK_K_DEFAULT,
@@ -302,11 +311,23 @@ def qflash(dp: DeviceProblem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT
     ent_c["sv"] = torch.from_numpy(sv_h).to(dev)
     ent_c["s"] = torch.from_numpy(s_h).to(dev)
     sq_t = torch.from_numpy(np.ascontiguousarray(s_ent[0])).to(dev)
-    q8 = codes(dp.q, sq_t[:, None].expand(B, dp.Lq), qmin=-128)
-    out = torch.empty((B, dp.Lq, dp.dv), dtype=torch.float32, device=dev)
-    cnt = torch.zeros((B, _NCOUNT), dtype=torch.int64, device=dev)
-    for g0, g1, r0, r1 in chunks(dp):
-        _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk, m_init, division, accumulate, cnt, out)
+    if dp.mask is None and fused_kernels(dp):  # one Triton kernel (lowprec.gpu.qflash_kernel)
+        from ..gpu.qflash_kernel import qflash_rows
+
+        const = np.stack([per[c] for c in ("R", "exp_M", "req_M", "l_M", "acc_M")], axis=1)
+        out, rc = qflash_rows(
+            int8_codes(dp.q, sq_t, None, -128), int8_codes(dp.k, ent_c["sk"], dp.kv, -128),
+            int8_codes(dp.v, ent_c["sv"], dp.kv, -128),
+            torch.from_numpy(np.ascontiguousarray(const)).to(dev), ent_c["sv"],
+            causal=dp.causal, block_k=bk, m_init=m_init, division=division,
+            accumulate=accumulate)
+        cnt = rc.sum(dim=1)
+    else:
+        q8 = codes(dp.q, sq_t[:, None].expand(B, dp.Lq), qmin=-128)
+        out = torch.empty((B, dp.Lq, dp.dv), dtype=torch.float32, device=dev)
+        cnt = torch.zeros((B, _NCOUNT), dtype=torch.int64, device=dev)
+        for g0, g1, r0, r1 in chunks(dp):
+            _chunk(dp, q8, ent_c, g0, g1, r0, r1, bk, m_init, division, accumulate, cnt, out)
     st = pipeline_stats(cnt.cpu().numpy(), zero, consts, on_hazard)
     return out, (st if return_stats else None)
 

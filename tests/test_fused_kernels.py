@@ -1,9 +1,12 @@
-"""The fused IntAttention kernel (``lowprec.gpu.index_attention``, the device path of
-``intattention`` without a mask or deploy mode) equals the CPU path bit for bit, statistics
-included: both index roundings, both P formats, causal with Lq < Lk and Lq > Lk (rows that see
+"""The fused Triton kernels of the row-wise schemes equal the CPU path bit for bit, statistics
+included.  IntAttention (``lowprec.gpu.index_attention``, the device path of
+``intattention`` without a mask or deploy mode): both index roundings, both P formats, causal with Lq < Lk and Lq > Lk (rows that see
 no key), partial row and key tiles, head dims that are not powers of two, GQA read by index,
-per-block and per-channel scales, the int64 accumulator.  Without a GPU the kernel runs in
-Triton's interpreter on CPU tensors."""
+per-block and per-channel scales, the int64 accumulator.  QFlash
+(``lowprec.gpu.qflash_kernel``, ``qflash`` without a mask): tile sizes that are not powers of
+two, a partial last tile, division, Scale Accumulation (int32 wraps), per-tensor scales,
+``m_init``.  The one-pass int8 codes.  Without a GPU the kernels run in Triton's interpreter
+on CPU tensors."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ pytest.importorskip("triton")
 from test_attention_device_rows import DEVICE, both, qkv  # noqa: E402
 
 import lowprec.gpu.index_attention as ia  # noqa: E402
+from lowprec.kernels import device_rows as drows  # noqa: E402
 from lowprec.kernels import intattention_device as idev  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
@@ -75,7 +79,7 @@ def test_fused_equals_torch_path(monkeypatch):
     q, k, v = (t.to(DEVICE) for t in (q, k, v))
     with force_engine():
         a = lp.attention(q, k, v, "intattention", causal=True, return_stats=True)
-        monkeypatch.setattr(idev, "FUSED_ON_INTERPRETER", False)
+        monkeypatch.setattr(drows, "FUSED_ON_INTERPRETER", False)
         if DEVICE == "cuda":
             monkeypatch.setattr(idev, "_fused_ok", lambda dp, dep: False)
         b = lp.attention(q, k, v, "intattention", causal=True, return_stats=True)
@@ -109,12 +113,51 @@ def test_int8_codes_kernel_ties_and_clamps():
     X = x.reshape(1, n, 1).repeat(3, 1, 1).reshape(3, n, 1)
     X = torch.cat([X, X * 0.37], dim=2).contiguous()  # (3, n, 2)
     s_rows = torch.tensor([1.0, 0.25, 2.0**-140], dtype=torch.float32)[:, None].expand(3, n)
+    X, s_rows = X.to(DEVICE), s_rows.to(DEVICE)
     got = int8_codes(X, s_rows.contiguous())
     want = codes(X, s_rows)
     assert torch.equal(got.to(torch.float64), want)
-    src = torch.tensor([2, 0, 0, 1])
-    s_ent = torch.tensor([0.5, 3.0, 1.0, 2.0**-149], dtype=torch.float32)
+    src = torch.tensor([2, 0, 0, 1], device=DEVICE)
+    s_ent = torch.tensor([0.5, 3.0, 1.0, 2.0**-149], dtype=torch.float32, device=DEVICE)
     got = int8_codes(X, s_ent, src)
     want = codes(X[src], s_ent[:, None].expand(4, n))
     assert torch.equal(got.to(torch.float64), want)
     assert int((got == 127).sum()) > 0 and int((got == -127).sum()) > 0
+
+
+@pytest.fixture
+def qflash_calls(monkeypatch):
+    import lowprec.gpu.qflash_kernel as qk
+
+    calls = []
+    real = qk.qflash_rows
+
+    def spy(*a, **k):
+        calls.append(k)
+        return real(*a, **k)
+
+    monkeypatch.setattr(qk, "qflash_rows", spy)
+    return calls
+
+
+QF_CASES = [
+    dict(Lq=40, Lk=56, d=16, dv=16, causal=False, opts={}),
+    dict(Lq=70, Lk=50, d=24, dv=40, causal=True, opts={}),  # Lq > Lk
+    dict(Lq=130, Lk=200, d=64, dv=32, causal=False, opts=dict(division=True)),
+    dict(Lq=64, Lk=64, d=32, dv=32, causal=True, opts=dict(block_k=16)),
+    dict(Lq=33, Lk=97, d=16, dv=16, causal=False,
+         opts=dict(block_k=48, scale_update="accumulate")),
+    dict(Lq=20, Lk=70, d=16, dv=16, causal=True, opts=dict(scale_scope="tensor", m_init=-100)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(QF_CASES)))
+def test_qflash_fused_equals_cpu(case, qflash_calls):
+    c = QF_CASES[case]
+    q, k, v = qkv(Z=1, Hq=4, Hkv=2, Lq=c["Lq"], Lk=c["Lk"], d=c["d"], dv=c["dv"], seed=case)
+    st = both(q, k, v, "qflash", causal=c["causal"], **c["opts"])[1]
+    assert len(qflash_calls) == 1
+    d = st.to_dict()
+    assert sum(sum(r) for r in d["rescales"]) > 0
+    if c["opts"].get("scale_update") == "accumulate":
+        assert sum(sum(r) for r in d["int32_wraps"]) > 0
