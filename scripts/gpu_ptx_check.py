@@ -93,6 +93,10 @@ def variants() -> list[tuple[str, dict]]:
         for mode in (0,):
             for want in (False, True):
                 out.append(("mx", dict(fmt=fmt, kind=0, mode=mode, want=want, kk=32)))
+    # NVFP4 on a device (gpu/nvfp4.py) launches no kernel of its own: E4M3 scale codes (above),
+    # the lookup kernel, and E2M1 codes of float32 in every mode -- the other four here
+    for mode in (1, 2, 3, 4):
+        out.append(("codec", dict(fmt="e2m1", mode=mode, kind=0, sat=False, want=False)))
     return out
 
 

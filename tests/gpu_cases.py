@@ -109,6 +109,32 @@ def count_value_mismatches(got, want) -> int:
     return int(np.count_nonzero(~same))
 
 
+def nvfp4_mismatches(x: np.ndarray, t, kw: dict) -> int:
+    """Mismatches of ``lp.encode(t, "nvfp4", **kw)`` on the tensor ``t`` (the device path: a
+    CUDA tensor, or a CPU one with ``ops.TRITON_ON_CPU``) against the CPU path on ``x``, the same
+    values as a NumPy array: codes, scale codes, the tensor scale's bits, decode and quantize
+    values, and for an even last axis the packed bytes and their decode."""
+    import torch
+
+    def host(a):
+        assert a.device == t.device  # computed on the input's device
+        return a.cpu().numpy()
+
+    q, w = lp.encode(t, "nvfp4", **kw), lp.encode(x, "nvfp4", **kw)
+    ts = q.tensor_scale.item() if isinstance(q.tensor_scale, torch.Tensor) else q.tensor_scale
+    v = lp.decode(w)
+    bad = (count_code_mismatches(host(q.codes), w.codes)
+           + count_code_mismatches(host(q.scales), w.scales)
+           + int(np.float32(ts).view(np.uint32) != np.float32(w.tensor_scale).view(np.uint32))
+           + count_value_mismatches(host(lp.decode(q)), v)
+           + count_value_mismatches(host(lp.quantize(t, "nvfp4", **kw)), v))
+    if x.shape[-1] % 2 == 0:
+        qp, wp = lp.encode(t, "nvfp4", packed=True, **kw), lp.encode(x, "nvfp4", packed=True, **kw)
+        bad += (count_code_mismatches(host(qp.codes), wp.codes)
+                + count_value_mismatches(host(lp.decode(qp)), v))
+    return bad
+
+
 def mx_blocks(rows: int, n: int, seed: int, dtype=np.float32) -> np.ndarray:
     """Random MX rows with edge blocks: mixed magnitudes per row, zeros, Inf, NaN, tiny and
     subnormal rows, an all-zero row, rows at a power of two and just below one."""
@@ -142,3 +168,64 @@ def int_inputs(shape, seed: int, dtype=np.float32) -> np.ndarray:
         x[1] = 0.0
         x[2] = 0.75
     return x.astype(dtype)
+
+
+NVFP4_N = 16 * 8 + 7  # elements per nvfp4_rows row: eight blocks of 16 and a partial one
+
+
+def nvfp4_rows(rows: int, seed: int, dtype=np.float32) -> np.ndarray:
+    """Random NVFP4 rows of :data:`NVFP4_N` elements, each row at its own magnitude in
+    2**-140 .. 2**125 (block scales clamped at 2**-6 or saturated at 448, elements that
+    overflow ``x * (1 / s)``), with zeros, a zero block every third row, NaN, +Inf and -Inf
+    elements, an all-NaN and an all-Inf block, and Inf in the partial last block."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, NVFP4_N)) * np.exp2(rng.integers(-140, 126, (rows, 1)))
+    x[rng.random(x.shape) < 0.05] = 0.0
+    x[::3, 32:48] = 0.0
+    x[1::5, 40] = np.nan
+    x[2::5, 70] = np.inf
+    x[3::5, 100] = -np.inf
+    x[4::7, 112:128] = np.nan
+    x[5::7, 16:32] = -np.inf
+    x[0, -3:] = np.inf
+    return x.astype(dtype)
+
+
+# NVFP4 "tie" rows: the tensor amax 8 * 2688 makes the two-level tensor scale t = 8 exactly, so
+# both levels see the same rounding boundaries
+NVFP4_TIE_AMAX = 8 * 2688.0
+E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+
+
+def nvfp4_ties() -> np.ndarray:
+    """NVFP4 blocks on the recipes' rounding boundaries, where a last-bit difference in any
+    float32 step changes a code (rows of 128, one block of :data:`NVFP4_TIE_AMAX`): blocks
+    whose amax / 6 (single level) or (amax / 6) / 8 (two level) is an E4M3 midpoint, and the
+    blocks of its float32 neighbours; blocks whose scale ``s`` is an E4M3 value, holding
+    ``s`` times every E2M1 midpoint and their float32 neighbours, both signs."""
+    import ml_dtypes
+
+    e4 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    v = np.unique(e4[np.isfinite(e4) & (e4 >= 2.0**-6) & (e4 <= 56.0)])
+    rng = np.random.default_rng(17)
+    blocks = [np.full(16, NVFP4_TIE_AMAX)]
+    for m in (v[1:] + v[:-1]) / 2:  # scale ties: amax = 48 m (exact in float32)
+        a = np.float32(48.0 * m)
+        for b in (np.nextafter(a, np.float32(0)), a, np.nextafter(a, np.float32(np.inf))):
+            blk = rng.uniform(-1.0, 1.0, 16).astype(np.float32) * b
+            blk[0] = b
+            blocks.append(blk)
+    mids = np.float32(E2M1_MIDPOINTS)
+    for s in v:  # element ties: x = s8 * (E2M1 midpoint), s8 = 8 s the single-level scale
+        s8 = np.float32(8.0 * s)
+        els = np.concatenate([mids * s8, np.nextafter(mids * s8, np.float32(0)),
+                              np.nextafter(mids * s8, np.float32(np.inf))])
+        els = np.concatenate([els, -els])  # 42 elements: three blocks led by amax = 6 * s8
+        for part in np.array_split(els, 3):
+            blk = np.zeros(16, np.float32)
+            blk[0] = np.float32(6.0) * s8
+            blk[1:1 + part.size] = part
+            blocks.append(blk)
+    x = np.concatenate(blocks).astype(np.float32)
+    x = np.concatenate([x, np.zeros(-x.size % 128, np.float32)])
+    return x.reshape(-1, 128)

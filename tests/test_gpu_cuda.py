@@ -101,6 +101,32 @@ def test_int_matches_the_cpu(fmt):
         assert C.count_value_mismatches(got.cpu().numpy(), want) == 0
 
 
+@pytest.mark.parametrize(("recipe", "ts"), [("torchao", None), ("torchao", "amax"),
+                                            ("torchao", 0.37), ("torchao", 3e-5),
+                                            ("te", "amax"), ("te", 0.37)])
+def test_nvfp4_matches_the_cpu(recipe, ts):
+    for x in (C.nvfp4_rows(256, 3), C.nvfp4_ties()):
+        xg = torch.from_numpy(x).to(DEV)
+        for mode in C.DET_MODES + ("stochastic",):
+            kw = dict(recipe=recipe, tensor_scale=ts, rounding=mode)
+            if mode == "stochastic":
+                kw.update(seed=SR["seed"], sr_bits=SR["sr_bits"], offset=SR["offset"])
+            assert C.nvfp4_mismatches(x, xg, kw) == 0, kw
+
+
+def test_nvfp4_layouts_and_dtypes_match_the_cpu():
+    x = C.nvfp4_rows(64, 4)[:, :120].reshape(64, 4, 30)
+    xg = torch.from_numpy(x).to(DEV)
+    for kw in (dict(axis=1), dict(axis=0, block_size=4, tensor_scale="amax"),
+               dict(block_size=7, recipe="te", rounding="stochastic", seed=1),
+               dict(block_size=1000, rounding="down")):
+        assert C.nvfp4_mismatches(x, xg, kw) == 0, kw
+    x = C.nvfp4_rows(64, 5)
+    for dtype in ("float64", "float16", "bfloat16"):
+        t = torch.from_numpy(x).to(getattr(torch, dtype))
+        assert C.nvfp4_mismatches(_np(t), t.to(DEV), dict(tensor_scale="amax")) == 0, dtype
+
+
 def test_out_and_overlap_on_the_device():
     x = torch.from_numpy(C.mx_blocks(1, 4097, 8).reshape(-1)).to(DEV)
     for fmt in C.FLOAT_FORMATS:
@@ -142,7 +168,9 @@ def test_no_host_synchronisation():
              lambda: lp.decode(lp.encode(x, "int8", granularity="per_channel", axis=1,
                                          symmetric=False)),
              lambda: lp.quantize(x, "uint8", scale=0.1),
-             lambda: lp.quantize(x, "int8", granularity="per_block", block_size=5)]
+             lambda: lp.quantize(x, "int8", granularity="per_block", block_size=5),
+             lambda: lp.decode(lp.encode(x, "nvfp4", tensor_scale="amax", packed=True)),
+             lambda: lp.quantize(x, "nvfp4", recipe="te", rounding="stochastic", seed=1)]
     for call in calls:
         call()  # first call: kernels compiled, tables uploaded
     torch.cuda.synchronize()
@@ -160,7 +188,8 @@ def test_torch_compile_fullgraph_on_cuda():
         b = lp.quantize(x, "e4m3", "stochastic", seed=7, sr_bits=8)
         c = lp.quantize(x, "mxfp8_e4m3")
         d = lp.quantize(x, "int8", granularity="per_token")
-        return a + b + c + d
+        e = lp.quantize(x, "nvfp4", tensor_scale="amax")
+        return a + b + c + d + e
 
     x = torch.randn(16, 64, device=DEV)
     g = torch.compile(f, fullgraph=True)
@@ -181,6 +210,11 @@ def test_opcheck_on_cuda():
                                   0, 0, 32, 0)),
         (ops.int_quantize.default, (x, "uint8", "per_block", 1, 7, True, None, None, None, 5, 3,
                                     9, 0)),
+        (ops.nvfp4_encode.default, (x, 1, 16, "torchao", "amax", 0.0, 0, 0, 32, 0)),
+        (ops.nvfp4_quantize.default, (x, 0, 3, "te", "value", 0.25, 5, 9, 8, 0)),
+        (ops.nvfp4_decode.default, (torch.randint(0, 16, (4, 40), dtype=torch.uint8, device=DEV),
+                                    torch.randint(0, 127, (4, 3), dtype=torch.uint8, device=DEV),
+                                    torch.tensor(0.5, device=DEV), 1, 16)),
     ]
     for op, args in cases:
         torch.library.opcheck(op, args)
@@ -195,3 +229,7 @@ def test_each_tensor_on_its_own_device():
         assert C.count_value_mismatches(y.cpu().numpy(),
                                         lp.quantize(x.numpy(), "hif8", "stochastic",
                                                     seed=1)) == 0
+        y = lp.quantize(x.to(f"cuda:{i}"), "nvfp4", tensor_scale="amax")
+        assert y.device == torch.device(f"cuda:{i}")
+        assert C.count_value_mismatches(y.cpu().numpy(),
+                                        lp.quantize(x.numpy(), "nvfp4", tensor_scale="amax")) == 0

@@ -2,13 +2,16 @@
 interpreter on the CPU, as tests/test_gpu_interpreter.py), bit for bit against the Numba path:
 codes and fused values for float32 (grid points, midpoints, random patterns) and float64 input,
 every deterministic mode and stochastic rounding, saturating or not; MX blocks with the new
-elements; a user format."""
+elements; a user format; NVFP4 (both recipes, one and two levels, every element rounding mode,
+packed codes) on random rows of many magnitudes, zero and non-finite blocks, partial last
+blocks, and blocks on the recipes' rounding boundaries."""
 
 from __future__ import annotations
 
 import os
 import warnings
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -124,3 +127,85 @@ def test_mx_new_elements_on_the_device_path(fmt, monkeypatch):
         assert np.array_equal(q.scales, qt.scales.numpy()), kw
         assert C.count_value_mismatches(lp.quantize(xt, fmt, **kw).numpy(),
                                         lp.quantize(x, fmt, **kw)) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# NVFP4 through the device path (lp.encode / quantize / decode of CPU tensors with
+# TRITON_ON_CPU: gpu/nvfp4.py, the Triton E4M3 and E2M1 codecs) against the NumPy/Numba path
+
+NV_SR = dict(seed=SEED, sr_bits=13, offset=OFFSET)
+
+
+def _nv_same(x, kw):
+    """Device path == CPU path for ``x`` (numpy; ``gpu_cases.nvfp4_mismatches``)."""
+    xt = (torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
+          if x.dtype == ml_dtypes.bfloat16 else torch.from_numpy(x.copy()))
+    assert C.nvfp4_mismatches(x, xt, kw) == 0, kw
+
+
+NV_LEVELS = [("torchao", None), ("torchao", "amax"), ("torchao", 0.37), ("torchao", 3e-5),
+             ("te", "amax"), ("te", 0.37), ("te", 3e-5)]
+NV_DEFAULT = {("torchao", None, "nearest_even"), ("torchao", None, "stochastic"),
+              ("torchao", "amax", "nearest_even"), ("torchao", 3e-5, "up"),
+              ("te", "amax", "nearest_even"), ("te", "amax", "stochastic"),
+              ("te", 0.37, "toward_zero"), ("torchao", 0.37, "nearest_away")}
+
+
+@pytest.mark.parametrize(("recipe", "ts", "mode"), [
+    pytest.param(r, t, m, marks=() if (r, t, m) in NV_DEFAULT else (pytest.mark.slow,))
+    for r, t in NV_LEVELS for m in MODES])
+def test_nvfp4_on_the_device_path(recipe, ts, mode, monkeypatch):
+    monkeypatch.setattr(ops, "TRITON_ON_CPU", True)
+    kw = dict(recipe=recipe, tensor_scale=ts, rounding=mode,
+              **(NV_SR if mode == "stochastic" else {}))
+    for x in (C.nvfp4_rows(12, 3), C.nvfp4_ties()):
+        _nv_same(x, kw)
+
+
+def test_nvfp4_layouts_and_dtypes_on_the_device_path(monkeypatch):
+    monkeypatch.setattr(ops, "TRITON_ON_CPU", True)
+    x = C.nvfp4_rows(6, 4)[:, :120].reshape(6, 4, 30)
+    for kw in (dict(axis=1), dict(axis=0, block_size=4, tensor_scale="amax"),
+               dict(block_size=7, recipe="te", rounding="stochastic", seed=1),
+               dict(block_size=1000, rounding="down")):
+        _nv_same(x, kw)
+    for dt in (np.float64, np.float16, ml_dtypes.bfloat16):
+        _nv_same(C.nvfp4_rows(6, 5, dt), dict(tensor_scale="amax"))
+    for shape in ((0, 16), (4, 0), (3, 5)):
+        _nv_same(np.ones(shape, np.float32), dict(tensor_scale="amax"))
+
+
+def test_nvfp4_offset_chunks_and_device_decode(monkeypatch):
+    monkeypatch.setattr(ops, "TRITON_ON_CPU", True)
+    xt = torch.from_numpy(C.nvfp4_rows(9, 6))
+    sr = dict(rounding="stochastic", seed=5, sr_bits=7, tensor_scale=0.01)
+    whole = lp.quantize(xt, "nvfp4", **sr)
+    n = xt.shape[1]
+    parts = torch.cat([lp.quantize(xt[a:b], "nvfp4", offset=a * n, **sr)
+                       for a, b in ((0, 4), (4, 5), (5, 9))])
+    assert C.count_value_mismatches(parts.numpy(), whole.numpy()) == 0
+    # a QuantizedArray's tensor scale as a float or a 0-dim tensor; element codes above 15
+    # decode to NaN on the device path (the CPU raises for them)
+    q = lp.encode(xt, "nvfp4", tensor_scale="amax")
+    want = lp.decode(q).numpy()
+    for t in (q.tensor_scale, torch.tensor(q.tensor_scale)):
+        got = lp.decode(lp.QuantizedArray(**{**vars(q), "tensor_scale": t}))
+        assert C.count_value_mismatches(got.numpy(), want) == 0
+    bad = q.codes.clone()
+    bad[0, 0] = 16
+    assert torch.isnan(lp.decode(lp.QuantizedArray(**{**vars(q), "codes": bad}))[0, 0])
+    with pytest.raises(IndexError):
+        lp.decode(lp.QuantizedArray(**{**vars(q), "codes": bad.numpy(),
+                                       "scales": q.scales.numpy()}))
+
+
+def test_nvfp4_torch_route_checks_as_the_numpy_route():
+    xt = torch.zeros(4, 32)
+    for kw, err in ((dict(recipe="cublas"), ValueError), (dict(tensor_scale=-1.0), ValueError),
+                    (dict(tensor_scale="max"), TypeError), (dict(saturate=False), ValueError),
+                    (dict(rounding="hybrid"), ValueError), (dict(rounding="stochastic"),
+                                                            ValueError),
+                    (dict(axis=2), ValueError)):
+        for x in (xt, xt.numpy()):
+            with pytest.raises(err):
+                lp.encode(x, "nvfp4", **kw)

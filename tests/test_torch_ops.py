@@ -44,6 +44,11 @@ def _opcheck_cases():
                           torch.tensor([[0.1]]), None, 0, 0, 32, 0)),
         ("int_decode", (torch.randint(-100, 100, (4, 40), dtype=torch.int8),
                         torch.rand(4, 1) + 0.1, None, "int8", "per_token", None, None)),
+        ("nvfp4_encode", (x, 1, 16, "torchao", "amax", 0.0, 0, 0, 32, 0)),
+        ("nvfp4_quantize", (x, 0, 3, "te", "value", 0.25, 5, 9, 8, 0)),
+        ("nvfp4_decode", (torch.randint(0, 16, (4, 40), dtype=torch.uint8),
+                          torch.randint(0, 127, (4, 3), dtype=torch.uint8), torch.tensor(0.5),
+                          1, 16)),
     ]
 
 
@@ -61,6 +66,16 @@ def test_opcheck(name, args):
 def test_compile_fullgraph_quantize(fmt, kw):
     def f(x):
         return lp.quantize(x * 2, fmt, **kw) + 1
+
+    x = _x(8, 64)
+    assert torch.equal(torch.compile(f, fullgraph=True)(x), f(x))
+
+
+def test_compile_fullgraph_quantize_nvfp4():
+    def f(x):
+        return (lp.quantize(x * 2, "nvfp4", tensor_scale="amax")
+                + lp.quantize(x, "nvfp4", recipe="te", tensor_scale=0.5, rounding="stochastic",
+                              seed=2))
 
     x = _x(8, 64)
     assert torch.equal(torch.compile(f, fullgraph=True)(x), f(x))

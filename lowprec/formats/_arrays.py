@@ -201,12 +201,12 @@ def unpack_codes(packed, signed: bool = False):
     if is_torch(packed):
         torch = _torch()
         p = packed.contiguous()
-        c = torch.stack([p & 0x0F, p >> 4], dim=-1).reshape(*p.shape[:-1], -1)
+        c = torch.stack([p & 0x0F, p >> 4], dim=-1).reshape(*p.shape[:-1], 2 * p.shape[-1])
         return ((c ^ 8).to(torch.int8) - 8) if signed else c
     p = np.asarray(packed)
     if p.dtype != np.uint8:
         raise TypeError(f"packed codes must have dtype uint8, got {p.dtype}")
     if p.ndim == 0:
         raise ValueError("packed codes need at least one axis")
-    c = np.stack([p & 0x0F, p >> 4], axis=-1).reshape(p.shape[:-1] + (-1,))
+    c = np.stack([p & 0x0F, p >> 4], axis=-1).reshape(p.shape[:-1] + (2 * p.shape[-1],))
     return ((c ^ 8).astype(np.int8) - np.int8(8)) if signed else c

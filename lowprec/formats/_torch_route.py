@@ -21,6 +21,7 @@ import torch
 from ..gpu import ops as _ops
 from . import integer as _int
 from . import mx as _mx
+from . import nvfp4 as _nv
 from .core import Format, QuantizedArray
 
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -150,6 +151,31 @@ def mx_codec(x, f: Format, out, want_value: bool, common: dict, kwargs: dict):
                           block_size=o["block_size"])
 
 
+def nvfp4_codec(x, f: Format, out, want_value: bool, common: dict, kwargs: dict):
+    """``api.encode`` (a QuantizedArray of tensors) / ``api.quantize`` of NVFP4.  The
+    QuantizedArray's ``tensor_scale`` is a float, except for a CUDA tensor encoded with
+    ``tensor_scale="amax"`` (either recipe): there it is a 0-dim float32 tensor on the device
+    (the tensor's amax is not read on the host)."""
+    x = _input(x)
+    o = _nv.options(common["rounding"], common["seed"], common["sr_bits"], common["saturate"],
+                    common["offset"], kwargs.get("axis", -1),
+                    kwargs.get("block_size", _nv.BLOCK_SIZE), kwargs.get("recipe", "torchao"),
+                    kwargs.get("tensor_scale"), x.dim())
+    ts = o["ts"]
+    kind = "none" if ts is None else "amax" if ts == "amax" else "value"
+    args = (o["axis"], o["block_size"], o["recipe"], kind, 0.0 if kind != "value" else ts,
+            o["mode"], _signed(o["seed"]), o["sr_bits"], o["offset"])
+    if want_value:
+        return _finish(out, _ops.route(x).nvfp4_quantize(x, *args))
+    codes, scales, t = _ops.route(x).nvfp4_encode(x, *args)
+    if ts != "amax":
+        t = _nv.host_tensor_scale(ts, o["recipe"])
+    elif x.device.type == "cpu":
+        t = float(t)
+    return QuantizedArray(codes=codes, scales=scales, format=f.name, axis=o["axis"],
+                          block_size=o["block_size"], tensor_scale=t)
+
+
 def _int_values(v, what: str, lay, device, check, integral: bool):
     """Explicit scales / zero points as a tensor of the scale shape on ``device``: host values
     are checked (``check``) first; a tensor already on a CUDA device is only shape-checked."""
@@ -229,6 +255,19 @@ def decode_quantized(q: QuantizedArray, f: Format):
         ax, kk, _nb = _mx.check_quantized(q, tuple(codes.shape), codes.dtype,
                                           tuple(scales.shape), scales.dtype)
         return _ops.route(codes).mx_decode(codes, scales, f.name, ax, kk)
+    if f.info.kind == "nvfp4":
+        scales = on_device(q.scales, "scales", lambda a: a)
+        ax, kk, _nb = _mx.check_quantized(q, tuple(codes.shape), codes.dtype,
+                                          tuple(scales.shape), scales.dtype)
+        t = q.tensor_scale
+        if t is None:
+            raise ValueError("an NVFP4 QuantizedArray needs its tensor_scale")
+        if isinstance(t, torch.Tensor) and t.device.type != "cpu" and t.device != dev:
+            raise ValueError(f"QuantizedArray tensor_scale is on {t.device}, the codes on {dev}")
+        if not (isinstance(t, torch.Tensor) and t.device == dev):  # a host value
+            t = torch.full((), float(np.float32(float(t))), dtype=torch.float32, device=dev)
+        return _ops.route(codes).nvfp4_decode(codes, scales, t.to(torch.float32).reshape(()),
+                                              ax, kk)
     scales = on_device(q.scales, "scales", _int.check_scale_values)
     zps = None if q.zero_points is None else on_device(
         q.zero_points, "zero_points", lambda a: _int.check_zero_point_values(a, f))

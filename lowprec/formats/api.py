@@ -27,13 +27,6 @@ def code_dtype(f: Format):
     return np.uint16 if f.info.bits > 8 else np.uint8
 
 
-def _cpu_only(x, f: Format):
-    """``x`` unless it is a CUDA tensor (the formats implemented on the CPU only)."""
-    if A.is_torch(x) and x.device.type != "cpu":
-        raise ValueError(f"{f.name} runs on the CPU only (for now): pass x.cpu()")
-    return x
-
-
 def _no_extra(kwargs: dict, fmt: str, allowed: str) -> None:
     if kwargs:
         raise TypeError(
@@ -49,6 +42,21 @@ _SCALED_KW = {
     "int": ("granularity", "axis", "block_size", "symmetric", "scale", "zero_point", "narrow"),
     "nvfp4": ("axis", "block_size", "recipe", "tensor_scale"),
 }
+
+
+def _family(kind: str):
+    """The module of a scaled family (``mx``, ``int``, ``nvfp4``): its NumPy ``encode``,
+    ``decode`` and ``quantize``."""
+    from . import integer, mx, nvfp4
+
+    return {"mx": mx, "int": integer, "nvfp4": nvfp4}[kind]
+
+
+def _torch_codec(kind: str):
+    """The torch route of a scaled family's ``encode``/``quantize`` (``_torch_route``)."""
+    from . import _torch_route as T
+
+    return {"mx": T.mx_codec, "int": T.int_codec, "nvfp4": T.nvfp4_codec}[kind]
 
 
 def _scaled_kwargs(kwargs: dict, f: Format, out_ok: bool) -> None:
@@ -177,21 +185,9 @@ def encode(
     _scaled_kwargs(kwargs, f, False)
     common = dict(rounding=rounding, seed=seed, sr_bits=sr_bits, saturate=saturate,
                   offset=offset)
-    if kind == "nvfp4":
-        from . import nvfp4
-
-        return nvfp4.encode(_cpu_only(x, f), f, **common, **kwargs)
     if A.is_torch(x):
-        from . import _torch_route as T
-
-        return (T.mx_codec if kind == "mx" else T.int_codec)(x, f, None, False, common, kwargs)
-    if kind == "mx":
-        from . import mx
-
-        return mx.encode(x, f, **common, **kwargs)
-    from . import integer
-
-    return integer.encode(x, f, **common, **kwargs)
+        return _torch_codec(kind)(x, f, None, False, common, kwargs)
+    return _family(kind).encode(x, f, **common, **kwargs)
 
 
 def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None,
@@ -235,21 +231,11 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None,
         f = get_format(codes.format)
         if fmt is not None and get_format(fmt) != f:
             raise ValueError(f"QuantizedArray holds {f.name!r} codes, not {get_format(fmt).name!r}")
-        if f.info.kind == "nvfp4":
-            from . import nvfp4
-
-            return nvfp4.decode(codes)
         if A.is_torch(codes.codes):
             from . import _torch_route as T
 
             return T.decode_quantized(codes, f)
-        if f.info.kind == "mx":
-            from . import mx
-
-            return mx.decode(codes)
-        from . import integer
-
-        return integer.decode(codes)
+        return _family(f.info.kind).decode(codes)
     if fmt is None:
         raise ValueError("decode needs fmt= for plain codes (or pass a QuantizedArray)")
     f = get_format(fmt)
@@ -313,18 +299,6 @@ def quantize(
     _scaled_kwargs(kwargs, f, True)
     common = dict(rounding=rounding, seed=seed, sr_bits=sr_bits, saturate=saturate,
                   offset=offset)
-    if kind == "nvfp4":
-        from . import nvfp4
-
-        return nvfp4.quantize(_cpu_only(x, f), f, out=out, **common, **kwargs)
     if A.is_torch(x):
-        from . import _torch_route as T
-
-        return (T.mx_codec if kind == "mx" else T.int_codec)(x, f, out, True, common, kwargs)
-    if kind == "mx":
-        from . import mx
-
-        return mx.quantize(x, f, out=out, **common, **kwargs)
-    from . import integer
-
-    return integer.quantize(x, f, out=out, **common, **kwargs)
+        return _torch_codec(kind)(x, f, out, True, common, kwargs)
+    return _family(kind).quantize(x, f, out=out, **common, **kwargs)

@@ -288,7 +288,9 @@ class QuantizedArray:
         block_size: MX and INT ``per_block``: elements per block along ``axis``; else None.
         zero_points: INT asymmetric: int32 zero points shaped like ``scales``; else None.
         granularity: INT: ``per_tensor``, ``per_channel``, ``per_token`` or ``per_block``.
-        tensor_scale: NVFP4: the float32 per-tensor scale (1.0 single level); else None.
+        tensor_scale: NVFP4: the float32 per-tensor scale (1.0 single level), a float, or for a
+            CUDA tensor encoded with ``tensor_scale="amax"`` a 0-dim float32 tensor on its
+            device; else None.
         packed: ``codes`` hold two 4-bit codes per byte (``encode(..., packed=True)``).
     """
 

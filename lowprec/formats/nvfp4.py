@@ -26,6 +26,15 @@ orders of the float32 operations can be compared.
 The element rounding mode is ``rounding=`` (default ``nearest_even``, the peers'; ``stochastic``
 is what NVFP4 training recipes use for gradients).  Non-finite inputs: a block holding NaN or
 Inf gets the E4M3 NaN scale (0x7F) and decodes to NaN; zero blocks get the smallest scale.
+
+CUDA tensors are encoded on their own device (``lowprec.gpu.nvfp4``, through the custom ops
+``torch.ops.lowprec.nvfp4_encode`` / ``nvfp4_quantize`` / ``nvfp4_decode``), bit-identical to
+this module: the recipes' float32 steps are written once, below (:func:`recipe_scales`,
+:func:`multiplier`, :func:`scaled_elements`, :func:`block_values`), and run on NumPy arrays here
+(:class:`NumpyOps`) and on device tensors there (``TorchOps``, every division by a device
+tensor); the E4M3 scales and the E2M1 elements are rounded by the Triton twins of the Numba
+codecs used here.  With ``tensor_scale="amax"`` a CUDA encode returns the tensor scale as a
+0-dim float32 tensor on the device (reading it would synchronise); otherwise it is a float.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ BLOCK_SIZE = 16
 E2M1_MAX = np.float32(6.0)
 E4M3_MAX = np.float32(448.0)
 E4M3_TINY = np.float32(2.0**-6)  # torch.finfo(float8_e4m3fn).tiny, torchao's E4M3_EPS
+AMAX_SCALE = E4M3_MAX * E2M1_MAX  # 2688: the largest NVFP4 magnitude (two-level recipes)
 E4M3_NAN = 0x7F
 RECIPES = ("torchao", "te")
 
@@ -59,9 +69,100 @@ def _check(axis, block_size, recipe, tensor_scale, ndim):
                             f"{tensor_scale!r}")
         if not (math.isfinite(tensor_scale) and tensor_scale > 0):
             raise ValueError(f"tensor_scale must be a positive finite float, got {tensor_scale}")
+        tensor_scale = float(tensor_scale)  # (rounded to float32 by the recipe)
     if recipe == "te" and tensor_scale is None:
         tensor_scale = "amax"  # the TE recipe is two-level by construction
     return ax, k, tensor_scale
+
+
+def options(rounding, seed, sr_bits, saturate, offset, axis, block_size, recipe, tensor_scale,
+            ndim: int) -> dict:
+    """Validate the NVFP4 arguments (everything but the data) for an input of ``ndim`` axes;
+    shared by the NumPy and the torch routes (no NumPy: TorchDynamo traces it).  Returns
+    ``axis`` (>= 0), ``block_size``, ``recipe``, ``ts`` (None, ``"amax"`` or a float), and the
+    element rounding's ``mode`` (int), ``seed`` in [0, 2**64), ``sr_bits``, ``offset`` (signed
+    int64)."""
+    from .api import _float_options
+
+    if saturate is not None and saturate is not True:
+        raise ValueError("NVFP4 elements always saturate: pass saturate=None or True")
+    ax, k, ts = _check(axis, block_size, recipe, tensor_scale, ndim)
+    mode, _sat, seed_v, sr, off = _float_options(_E2M1, rounding, None, seed, sr_bits, offset,
+                                                 False)
+    return dict(axis=ax, block_size=k, recipe=recipe, ts=ts, mode=mode, seed=seed_v,
+                sr_bits=sr, offset=off)
+
+
+# --------------------------------------------------------------------------------------------
+# The recipes' float32 steps, written once for both devices: ``xp`` is :class:`NumpyOps` on the
+# CPU and ``lowprec.gpu.nvfp4.TorchOps`` on a device (the same operations on tensors).
+
+
+class NumpyOps:
+    """The float32 operations of the recipes on NumPy arrays (each one IEEE-rounded)."""
+
+    const = staticmethod(np.float32)
+    div = staticmethod(np.divide)
+    mul = staticmethod(np.multiply)
+    clip = staticmethod(np.clip)
+    minimum = staticmethod(np.minimum)
+    where = staticmethod(np.where)
+    isfinite = staticmethod(np.isfinite)
+
+    @staticmethod
+    def repeat(a, k: int):
+        return np.repeat(a, k, axis=-1)
+
+
+def recipe_scales(amax_b, amax_t, ts, recipe: str, xp):
+    """``(t, s)``: the float32 tensor scale and the block scales before their E4M3 rounding,
+    from the blocks' amax ``amax_b`` (NaN for a block holding NaN) and the tensor's finite amax
+    ``amax_t`` (module docstring; ``ts`` as :func:`options` returns it)."""
+    one = xp.const(1.0)
+    six = xp.const(E2M1_MAX)
+    if ts is None:
+        return one, xp.clip(xp.div(amax_b, six), E4M3_TINY, E4M3_MAX)
+    if recipe == "torchao":
+        t = xp.div(amax_t, xp.const(AMAX_SCALE)) if ts == "amax" else xp.const(ts)
+        t = xp.where(t > 0, t, one)
+        return t, xp.clip(xp.div(xp.div(amax_b, six), t), E4M3_TINY, E4M3_MAX)
+    enc = xp.div(xp.const(AMAX_SCALE), amax_t) if ts == "amax" else xp.div(one, xp.const(ts))
+    enc = xp.where(xp.isfinite(enc) & (enc > 0), enc, one)
+    return xp.div(one, enc), xp.minimum(xp.mul(xp.div(amax_b, six), enc), xp.const(E4M3_MAX))
+
+
+def multiplier(t, sval, ts, recipe: str, xp):
+    """The float32 factor of each block's elements, from the E4M3 block scale values ``sval``
+    (torchao: ``(1 / t) / s``, ``1 / s`` single level; TE: ``S / s``, 0 for ``s = 0``)."""
+    one = xp.const(1.0)
+    if recipe == "torchao":
+        return xp.div(xp.div(one, t), sval) if ts is not None else xp.div(one, sval)
+    return xp.where(sval > 0, xp.div(xp.div(one, t), sval), xp.const(0.0))
+
+
+def scaled_elements(xb, mult, xp):
+    """``clamp(x * mult, -6, 6)`` of blocks ``xb`` (``[..., blocks, k]``); NaN and +-Inf
+    elements stay themselves (the E2M1 codec maps them)."""
+    y = xp.clip(xp.mul(xb, mult[..., None]), -E2M1_MAX, E2M1_MAX)
+    return xp.where(xp.isfinite(xb), y, xb)
+
+
+def block_values(ev, sval, t, kk: int, xp):
+    """Decoded float32 values: ``element * (t * block_scale)`` (torchao's order) for element
+    values ``ev`` (``[..., n]``) and block scale values ``sval`` (``[..., blocks]``)."""
+    sv = xp.mul(t, sval)
+    return xp.mul(ev, xp.repeat(sv, kk)[..., :ev.shape[-1]])
+
+
+def host_tensor_scale(ts, recipe: str) -> float:
+    """The tensor scale ``t`` of a call whose ``ts`` does not depend on the data (None or a
+    float), as :func:`recipe_scales` computes it."""
+    z = np.zeros(0, np.float32)
+    with np.errstate(all="ignore"):
+        return float(recipe_scales(z, np.float32(0.0), ts, recipe, NumpyOps)[0])
+
+
+# --------------------------------------------------------------------------------------------
 
 
 def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=32, saturate=None, offset=0,
@@ -71,8 +172,9 @@ def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=32, saturate=None,
     the float32 tensor scale.
 
     Args:
-        x: float32/float64/float16/bfloat16 numpy array or CPU torch tensor, >= 1-d.  float64
-            is converted to float32 first (the recipes are float32 arithmetic).
+        x: float32/float64/float16/bfloat16 numpy array or torch tensor (a CUDA tensor is
+            encoded on its device by ``lp.encode``), >= 1-d.  float64 is converted to float32
+            first (the recipes are float32 arithmetic).
         f: the ``nvfp4`` format.
         rounding, seed, sr_bits, offset: element rounding, as :func:`lowprec.encode`.
         saturate: None or True (elements are clamped to +-6 by the recipe).
@@ -86,13 +188,14 @@ def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=32, saturate=None,
         :class:`QuantizedArray` with uint8 ``codes`` (E2M1), uint8 ``scales`` (E4M3 codes), and
         ``tensor_scale`` (float32; 1.0 when single level).
     """
+    from .minifloat import run_kernel
     from .mx import block_len
 
     arr, was_torch = A.to_numpy(x)
     arr = A.check_float(arr)
-    if saturate is not None and saturate is not True:
-        raise ValueError("NVFP4 elements always saturate: pass saturate=None or True")
-    ax, k, ts = _check(axis, block_size, recipe, tensor_scale, arr.ndim)
+    o = options(rounding, seed, sr_bits, saturate, offset, axis, block_size, recipe,
+                tensor_scale, arr.ndim)
+    ax, k, ts = o["axis"], o["block_size"], o["ts"]
     x2 = np.moveaxis(np.asarray(arr, dtype=np.float32), ax, -1)
     lead, n = x2.shape[:-1], x2.shape[-1]
     kk = block_len(k, n)
@@ -103,31 +206,14 @@ def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=32, saturate=None,
         finite = np.isfinite(xb).all(axis=-1)
         amax_b = np.max(np.abs(xb), axis=-1, initial=np.float32(0)).astype(np.float32)
         amax_t = np.float32(np.max(np.abs(x2[np.isfinite(x2)]), initial=np.float32(0)))
-        if ts is None:
-            t = np.float32(1.0)
-            s = np.clip(amax_b / E2M1_MAX, E4M3_TINY, E4M3_MAX)
-        elif recipe == "torchao":
-            t = amax_t / np.float32(E4M3_MAX * E2M1_MAX) if ts == "amax" else np.float32(ts)
-            t = t if t > 0 else np.float32(1.0)
-            s = np.clip((amax_b / E2M1_MAX) / t, E4M3_TINY, E4M3_MAX)
-        else:
-            enc = np.float32(E4M3_MAX * E2M1_MAX) / amax_t if ts == "amax" else \
-                np.float32(1.0) / np.float32(ts)
-            enc = enc if (np.isfinite(enc) and enc > 0) else np.float32(1.0)
-            t = np.float32(1.0) / enc
-            s = np.minimum((amax_b / E2M1_MAX) * enc, E4M3_MAX)
+        t, s = recipe_scales(amax_b, amax_t, ts, recipe, NumpyOps)
         scodes = _e4m3(s)
-        sval = get_format("e4m3").values()[scodes]
-        if recipe == "torchao":
-            mult = (np.float32(1.0) / t) / sval if ts is not None else np.float32(1.0) / sval
-        else:
-            mult = np.where(sval > 0, (np.float32(1.0) / t) / sval, np.float32(0.0))
-        y = np.clip(xb * mult[..., None].astype(np.float32), -E2M1_MAX, E2M1_MAX)
-    y = np.where(np.isfinite(xb), y, xb).astype(np.float32)
-    from .api import encode as _enc
-
-    codes = np.asarray(_enc(y.reshape(lead + (nb * kk,))[..., :n], "e2m1", rounding,
-                            seed=seed, sr_bits=sr_bits, offset=offset))
+        sval = _E4M3.values()[scodes]
+        y = scaled_elements(xb, multiplier(t, sval, ts, recipe, NumpyOps), NumpyOps)
+    y = np.ascontiguousarray(y.astype(np.float32).reshape(lead + (nb * kk,))[..., :n])
+    codes = np.empty(y.shape, np.uint8)
+    run_kernel(_E2M1.spec, y.reshape(-1).view(np.uint32), codes.reshape(-1), o["mode"], False,
+               o["seed"], o["sr_bits"], o["offset"])
     scodes = np.where(finite, scodes, E4M3_NAN).astype(np.uint8)
     codes = np.ascontiguousarray(np.moveaxis(codes, -1, ax))
     scodes = np.ascontiguousarray(np.moveaxis(scodes, -1, ax))
@@ -151,12 +237,9 @@ def decode(q: QuantizedArray):
     ax, kk, _nb = check_quantized(q, codes.shape, codes.dtype, scales.shape, scales.dtype)
     if q.tensor_scale is None:
         raise ValueError("an NVFP4 QuantizedArray needs its tensor_scale")
-    c2 = np.moveaxis(codes, ax, -1)
-    s2 = np.moveaxis(scales, ax, -1)
-    ev = get_format("e2m1").values()[c2]
-    sv = np.float32(q.tensor_scale) * get_format("e4m3").values()[s2]
-    full = np.repeat(sv, kk, axis=-1)[..., :c2.shape[-1]]
-    out = (ev * full).astype(np.float32)
+    ev = _E2M1.values()[np.moveaxis(codes, ax, -1)]
+    sval = _E4M3.values()[np.moveaxis(scales, ax, -1)]
+    out = block_values(ev, sval, np.float32(q.tensor_scale), kk, NumpyOps).astype(np.float32)
     return A.wrap(np.ascontiguousarray(np.moveaxis(out, -1, ax)), was_torch)
 
 
@@ -166,6 +249,7 @@ def quantize(x, f: Format, *, out=None, **kwargs):
 
 
 _E2M1 = get_format("e2m1")
+_E4M3 = get_format("e4m3")
 NVFP4_INFO = FormatInfo(
     name="nvfp4", bits=4, kind="nvfp4", max=6.0 * 448.0, min_normal=1.0, min_subnormal=0.5,
     has_inf=False, has_nan=True, has_neg_zero=True, nan_codes=(), inf_codes=(), nan_code=None,

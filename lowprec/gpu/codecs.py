@@ -52,28 +52,48 @@ def _axis_back(t2: torch.Tensor, moved_shape, ax: int) -> torch.Tensor:
     return t2.reshape(moved_shape).movedim(-1, ax).contiguous()
 
 
+def _blocked(x: torch.Tensor, ax: int, block_size: int, run, want_value: bool):
+    """The block formats' layout (``mx.encode``, ``nvfp4.encode``): ``x`` with the blocked axis
+    ``ax`` moved last, seen as a contiguous ``(rows, n)`` tensor, is given to
+    ``run(x2, kk)``; its values ``(rows, n)``, or codes ``(rows, n)``, scales ``(rows, nb)``
+    and any further results (passed through), come back in ``x``'s layout."""
+    moved_shape = tuple(x.movedim(ax, -1).shape)
+    res = run(_axis_last(x, ax), _mx.block_len(block_size, moved_shape[-1]))
+    if want_value:
+        return _axis_back(res, moved_shape, ax)
+    codes, scales, *rest = res
+    return (_axis_back(codes, moved_shape, ax),
+            _axis_back(scales, moved_shape[:-1] + (scales.shape[1],), ax), *rest)
+
+
+def _unblocked(codes: torch.Tensor, scales: torch.Tensor, ax: int, block_size: int, run):
+    """:func:`_blocked` for decoding: ``run(codes2, scales2, kk)`` gives the float32 values
+    ``(rows, n)`` of the axis-last codes and scales; they come back in the codes' layout."""
+    moved_shape = tuple(codes.movedim(ax, -1).shape)
+    out = run(_axis_last(codes, ax), _axis_last(scales, ax),
+              _mx.block_len(block_size, moved_shape[-1]))
+    return _axis_back(out, moved_shape, ax)
+
+
 def mx_codec(x: torch.Tensor, fmt: str, ax: int, block_size: int, smode: int, sat_inf: bool,
              mode: int, seed: int, sr_bits: int, offset: int, want_value: bool):
     """MX codes and scales (``want_value`` False) or float32 values of ``x`` along ``ax``
     (``mx.encode`` / ``mx.quantize``)."""
     from .mx import quantize_blocks
 
-    moved_shape = tuple(x.movedim(ax, -1).shape)
-    n = moved_shape[-1]
-    kk = _mx.block_len(block_size, n)
-    nb = -(-n // kk)
-    x2 = _axis_last(x, ax)
-    rows = x2.shape[0]
-    if want_value:
-        out = torch.empty((rows, n), dtype=torch.float32, device=x.device)
-        quantize_blocks(x2, fmt, kk, smode, sat_inf, mode, seed, sr_bits, offset, out=out)
-        return _axis_back(out, moved_shape, ax)
-    codes = torch.empty((rows, n), dtype=torch.uint8, device=x.device)
-    scales = torch.empty((rows, nb), dtype=torch.uint8, device=x.device)
-    quantize_blocks(x2, fmt, kk, smode, sat_inf, mode, seed, sr_bits, offset, codes=codes,
-                    scales=scales)
-    return (_axis_back(codes, moved_shape, ax),
-            _axis_back(scales, moved_shape[:-1] + (nb,), ax))
+    def run(x2, kk):
+        rows, n = x2.shape
+        args = (x2, fmt, kk, smode, sat_inf, mode, seed, sr_bits, offset)
+        if want_value:
+            out = torch.empty((rows, n), dtype=torch.float32, device=x.device)
+            quantize_blocks(*args, out=out)
+            return out
+        codes = torch.empty((rows, n), dtype=torch.uint8, device=x.device)
+        scales = torch.empty((rows, -(-n // kk)), dtype=torch.uint8, device=x.device)
+        quantize_blocks(*args, codes=codes, scales=scales)
+        return codes, scales
+
+    return _blocked(x, ax, block_size, run, want_value)
 
 
 def mx_decode(codes: torch.Tensor, scales: torch.Tensor, fmt: str, ax: int,
@@ -81,13 +101,33 @@ def mx_decode(codes: torch.Tensor, scales: torch.Tensor, fmt: str, ax: int,
     """float32 values of MX codes and scales along ``ax`` (``mx.decode``)."""
     from .mx import decode_blocks
 
-    moved_shape = tuple(codes.movedim(ax, -1).shape)
-    kk = _mx.block_len(block_size, moved_shape[-1])
-    c2 = _axis_last(codes, ax)
-    s2 = _axis_last(scales, ax)
-    out = torch.empty(c2.shape, dtype=torch.float32, device=codes.device)
-    decode_blocks(c2, s2, fmt, kk, out)
-    return _axis_back(out, moved_shape, ax)
+    def run(c2, s2, kk):
+        out = torch.empty(c2.shape, dtype=torch.float32, device=codes.device)
+        decode_blocks(c2, s2, fmt, kk, out)
+        return out
+
+    return _unblocked(codes, scales, ax, block_size, run)
+
+
+def nvfp4_codec(x: torch.Tensor, ax: int, block_size: int, recipe: str, ts, mode: int,
+                seed: int, sr_bits: int, offset: int, want_value: bool):
+    """NVFP4 codes, scales and the 0-dim float32 tensor scale (``want_value`` False) or float32
+    values of ``x`` along ``ax`` (``nvfp4.encode`` / ``nvfp4.quantize``; ``ts`` as
+    ``nvfp4.options`` returns it)."""
+    from .nvfp4 import encode_rows
+
+    return _blocked(x, ax, block_size, lambda x2, kk: encode_rows(
+        x2, kk, recipe, ts, mode, seed, sr_bits, offset, want_value), want_value)
+
+
+def nvfp4_decode(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor, ax: int,
+                 block_size: int) -> torch.Tensor:
+    """float32 values of NVFP4 codes and E4M3 scales along ``ax`` with the 0-dim float32
+    ``tensor_scale`` on their device (``nvfp4.decode``)."""
+    from .nvfp4 import decode_rows
+
+    return _unblocked(codes, scales, ax, block_size,
+                      lambda c2, s2, kk: decode_rows(c2, s2, tensor_scale, kk))
 
 
 def int_layout(shape, fmt: str, granularity: str, axis, block_size, symmetric: bool, narrow):

@@ -13,7 +13,8 @@ operator:
 Ops (``torch.ops.lowprec.*``): ``float_codec`` (codes or values of hif8/e4m3/e5m2),
 ``float_decode``, ``mx_encode`` (codes, scales), ``mx_quantize``, ``mx_decode``, ``int_encode``
 (codes, scales, zero points; an empty zero-point tensor when symmetric), ``int_quantize``,
-``int_decode``.  Arguments are the validated, normalised ones (rounding mode as its integer
+``int_decode``, ``nvfp4_encode`` (codes, scales, the 0-dim tensor scale), ``nvfp4_quantize``,
+``nvfp4_decode``.  Arguments are the validated, normalised ones (rounding mode as its integer
 code, 64-bit seed and offset as signed int64); the public functions do the validation.
 
 ``TRITON_ON_CPU`` (tests only): when set, the CPU implementations run the Triton kernels too
@@ -264,6 +265,99 @@ mx_decode = _op("mx_decode", _mx_decode)
 
 @mx_decode.register_fake
 def _(codes, scales, fmt, axis, block_size):
+    return torch.empty_like(codes, dtype=_F32, memory_format=torch.contiguous_format)
+
+
+# --------------------------------------------------------------------------------------------
+# NVFP4 (``ts``: "none", "amax" or "value", the kinds of ``tensor_scale``; ``ts_value``: the
+# tensor scale of "value")
+
+
+def _nvfp4_ts(ts: str, ts_value: float):
+    """``tensor_scale`` as ``nvfp4.options`` returns it, from the ops' two arguments."""
+    return {"none": None, "amax": "amax", "value": float(ts_value)}[ts]
+
+
+def _nvfp4_np(x: Tensor, axis, block_size, recipe, ts, ts_value, rounding, seed, sr_bits,
+              offset):
+    from ..formats import nvfp4
+    from ..formats.core import Rounding, get_format
+
+    return nvfp4.encode(_np(x), get_format("nvfp4"), axis=axis, block_size=block_size,
+                        recipe=recipe, tensor_scale=_nvfp4_ts(ts, ts_value),
+                        rounding=Rounding(rounding), seed=_u64(seed), sr_bits=sr_bits,
+                        offset=_u64(offset))
+
+
+def _nvfp4_encode(x: Tensor, axis: int, block_size: int, recipe: str, ts: str, ts_value: float,
+                 rounding: int, seed: int, sr_bits: int,
+                 offset: int) -> tuple[Tensor, Tensor, Tensor]:
+    """NVFP4 E2M1 codes, E4M3 scale codes and the float32 tensor scale (0-dim) of ``x``
+    blocked along ``axis``."""
+    if _device_path(x):
+        from . import codecs
+
+        return codecs.nvfp4_codec(x, axis, block_size, recipe, _nvfp4_ts(ts, ts_value),
+                                  rounding, seed, sr_bits, offset, False)
+    q = _nvfp4_np(x, axis, block_size, recipe, ts, ts_value, rounding, seed, sr_bits, offset)
+    return (torch.from_numpy(q.codes), torch.from_numpy(q.scales),
+            torch.tensor(q.tensor_scale, dtype=_F32))
+
+
+nvfp4_encode = _op("nvfp4_encode", _nvfp4_encode)
+
+
+@nvfp4_encode.register_fake
+def _(x, axis, block_size, recipe, ts, ts_value, rounding, seed, sr_bits, offset):
+    return (torch.empty_like(x, dtype=_U8, memory_format=torch.contiguous_format),
+            x.new_empty(_mx_scale_shape(tuple(x.shape), axis, block_size), dtype=_U8),
+            x.new_empty((), dtype=_F32))
+
+
+def _nvfp4_quantize(x: Tensor, axis: int, block_size: int, recipe: str, ts: str,
+                   ts_value: float, rounding: int, seed: int, sr_bits: int,
+                   offset: int) -> Tensor:
+    """NVFP4 fake-quantization of ``x`` (float32)."""
+    if _device_path(x):
+        from . import codecs
+
+        return codecs.nvfp4_codec(x, axis, block_size, recipe, _nvfp4_ts(ts, ts_value),
+                                  rounding, seed, sr_bits, offset, True)
+    from ..formats import nvfp4
+
+    q = _nvfp4_np(x, axis, block_size, recipe, ts, ts_value, rounding, seed, sr_bits, offset)
+    return torch.from_numpy(np.ascontiguousarray(nvfp4.decode(q)))
+
+
+nvfp4_quantize = _op("nvfp4_quantize", _nvfp4_quantize)
+
+
+@nvfp4_quantize.register_fake
+def _(x, axis, block_size, recipe, ts, ts_value, rounding, seed, sr_bits, offset):
+    return torch.empty_like(x, dtype=_F32, memory_format=torch.contiguous_format)
+
+
+def _nvfp4_decode(codes: Tensor, scales: Tensor, tensor_scale: Tensor, axis: int,
+                 block_size: int) -> Tensor:
+    """float32 values of NVFP4 ``codes`` with their E4M3 ``scales`` along ``axis`` and the
+    0-dim float32 ``tensor_scale`` (on the codes' device)."""
+    if _device_path(codes):
+        from . import codecs
+
+        return codecs.nvfp4_decode(codes, scales, tensor_scale, axis, block_size)
+    from ..formats import nvfp4
+    from ..formats.core import QuantizedArray
+
+    q = QuantizedArray(codes=_np(codes), scales=_np(scales), format="nvfp4", axis=axis,
+                       block_size=block_size, tensor_scale=float(tensor_scale))
+    return torch.from_numpy(np.ascontiguousarray(nvfp4.decode(q)))
+
+
+nvfp4_decode = _op("nvfp4_decode", _nvfp4_decode)
+
+
+@nvfp4_decode.register_fake
+def _(codes, scales, tensor_scale, axis, block_size):
     return torch.empty_like(codes, dtype=_F32, memory_format=torch.contiguous_format)
 
 
