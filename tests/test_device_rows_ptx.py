@@ -1,5 +1,6 @@
 """The Triton kernels of the row-wise schemes' device paths (``lowprec.gpu.rowsum``,
-``lowprec.gpu.index_attention``) compiled
+``lowprec.gpu.index_attention``, ``lowprec.gpu.qflash_kernel``, ``lowprec.gpu.int8codes``)
+compiled
 ahead of time for sm_90 (no GPU needed, specs/gpu.md section 4): its PTX holds the sequential
 IEEE adds (``add.f32`` / ``add.f64``, round to nearest) and none of the forbidden instructions
 (``scripts/gpu_ptx_check.FORBIDDEN``: approximate or flushing arithmetic, FMA, saturating
@@ -94,7 +95,7 @@ from gpu_ptx_check import FORBIDDEN, _compile
 from lowprec.gpu.int8codes import _int8_codes_kernel
 sig = {"X": "*fp32", "SRC": "*i64", "S": "*fp32", "OUT": "*i8", "L": "i32", "D": "i32",
        "s_b": "i32", "s_l": "i32"}
-ptx = _compile(_int8_codes_kernel, sig, {"BLOCK_L": 64, "BD": 128}, 4)
+ptx = _compile(_int8_codes_kernel, sig, {"QMIN": -127, "BLOCK_L": 64, "BD": 128}, 4)
 print(json.dumps({"bad": [ln.strip() for ln in ptx.splitlines() if FORBIDDEN.search(ln)][:5],
                   "div": ptx.count("div.rn.f64")}))
 """
@@ -109,3 +110,43 @@ def test_int8_codes_kernel_compiles_to_clean_ptx():
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     rep = json.loads(res.stdout.strip().splitlines()[-1])
     assert rep["bad"] == [] and rep["div"] >= 1, rep
+
+
+_QF_SCRIPT = """
+import json, re, sys
+sys.path.insert(0, "scripts")
+from gpu_ptx_check import FORBIDDEN, _compile
+from lowprec.gpu.qflash_kernel import _qflash_kernel
+sig = {"Q8": "*i8", "K8": "*i8", "V8": "*i8", "CONST": "*i64", "SV": "*fp64",
+       "OUT": "*fp32", "CNT": "*i64", "Lq": "i32", "Lk": "i32", "D": "i32", "DV": "i32",
+       "shift": "i32", "bk": "i32", "nk": "i32", "m_init": "i32"}
+rep = []
+for causal in (False, True):
+    for division in (False, True):
+        for acc in (False, True):
+            c = dict(CAUSAL=causal, DIVISION=division, ACCUMULATE=acc, BM=64, BN=32, BD=128,
+                     BDV=64)
+            ptx = _compile(_qflash_kernel, sig, c, 4, num_stages=1)
+            rep.append({"c": [causal, division, acc],
+                        "bad": [ln.strip() for ln in ptx.splitlines()
+                                if FORBIDDEN.search(ln)][:5],
+                        "div": sorted(set(re.findall(r"\\bdiv\\.[a-z0-9.]+", ptx))),
+                        "imma": len(re.findall(r"\\.s32\\.s8\\.s8", ptx))})
+print(json.dumps(rep))
+"""
+
+
+def test_qflash_kernel_compiles_to_clean_ptx():
+    """Every constexpr variant of the QFlash kernel: nothing forbidden, IEEE or integer
+    divisions only, both GEMMs on int8 tensor cores."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, "-c", _QF_SCRIPT], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rep = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(rep) == 8
+    for r in rep:
+        assert r["bad"] == [], r
+        assert all(d.startswith(("div.rn.", "div.s64", "div.s32")) for d in r["div"]), r
+        assert r["imma"] >= 2, r

@@ -21,6 +21,8 @@ accelerate = pytest.importorskip("accelerate")
 
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
+from conftest import HAS_CUDA  # noqa: E402
+
 import lowprec as lp  # noqa: E402
 from lowprec.kernels import device as kdev  # noqa: E402
 
@@ -119,6 +121,8 @@ def test_device_map_disk_offload(plain, tmp_path):
         _same(_run(m, scheme, _ids(), reference=True), plain[1][scheme])
 
 
+@pytest.mark.skipif(HAS_CUDA, reason="forces the device path on CPU tensors: needs Triton's "
+                    "interpreter (a machine without CUDA)")
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_device_and_cpu_paths_merge_in_call_order(plain, scheme):
     """Layers 0 and 2 take the device path (forced on CPU tensors, the GPU engine in
