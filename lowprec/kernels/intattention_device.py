@@ -48,7 +48,6 @@ from ._intattention_rows import (
     INT32_MAX,
     UINT16_MOD,
 )
-from ..gpu._launch import host_to_device
 from .device_rows import (
     DeviceProblem,
     chunks,
@@ -76,6 +75,22 @@ from .intattention import (
     intattention_options,
 )
 from .problem import SCALE_SCOPES
+
+
+_LUTS: dict = {}
+
+
+def _device_lut(bits: int, c: float, lut: np.ndarray, dev):
+    """The int64 LUT of ``(bits, c)`` on ``dev``, copied there once."""
+    import torch
+
+    key = (bits, float(c), str(dev))
+    t = _LUTS.get(key)
+    if t is None:
+        if len(_LUTS) > 64:
+            _LUTS.clear()
+        t = _LUTS[key] = torch.from_numpy(lut).to(dev)
+    return t
 
 
 def _iz(lut: np.ndarray, nb: int) -> int:
@@ -194,20 +209,24 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
                     f"index product (T * mult = {int(t) * int(mu)})")
         mult_h = mults[inv.reshape(-1)].reshape((B, Lq))
     tail_from = (Lk // NEON_LANES) * NEON_LANES if (dep and tail) else Lk
-    cint_t = host_to_device(torch.from_numpy(cint_h), dev)
-    mult_t = host_to_device(torch.from_numpy(mult_h), dev)
-    lut_t = host_to_device(torch.from_numpy(lut), dev)
+    lut_t = _device_lut(b, cf, lut, dev)
     iz = _iz(lut, nb)
     if _fused_ok(dp, dep):
         from ..gpu.index_attention import intattention_rows
 
+        # the thresholds again on the device, from the same float64 values by the same IEEE
+        # division and rounding as clip_threshold's (no copy to the device)
+        cf_t = torch.full((), cf, dtype=torch.float64, device=dev)
+        cint_t = (cf_t / alpha_row).round().to(torch.int32)
         k8, v8 = qz.int8_kv()
         out, info_all = intattention_rows(
-            qz.q8i, k8, v8, host_to_device(torch.from_numpy(cint_h.astype(np.int32)), dev),
-            lut_t.to(torch.int32), qz.sv.contiguous(), causal=dp.causal, mode=mode, nb=nb,
-            iz=iz, pmax=pmax, c_max=int(cint_h.max()) if cint_h.size else 1)
+            qz.q8i, k8, v8, cint_t, lut_t.to(torch.int32), qz.sv.contiguous(),
+            causal=dp.causal, mode=mode, nb=nb, iz=iz, pmax=pmax,
+            c_max=int(cint_h.max()) if cint_h.size else 1)
         msat = 0
     else:
+        cint_t = torch.from_numpy(cint_h).to(dev)
+        mult_t = torch.from_numpy(mult_h).to(dev)
         out, info_all, msat = _intattention_rows(dp, qz, alpha_row, cint_t, mult_t, lut_t, iz,
                                                  nb, mode, pmax, dep, tail_from)
     if not return_stats:
