@@ -80,7 +80,8 @@ def _flash(prob: Problem, return_stats: bool, **options):
 
 
 register(Scheme("reference", "exact softmax attention in float64 (the accuracy oracle)",
-                _reference, options=(), float64=True, order=0, error_bound=1e-12))
+                _reference, options=(), float64=True, order=0, error_bound=1e-12,
+                device="reference_device:reference"))
 register(Scheme("flash", "float32 tiled online-softmax attention (FlashAttention-2, base 2)",
                 _flash, options=("block_q", "block_k"), stats=BapsStats, order=10,
                 error_bound=1e-4, engine=flash_setup))
