@@ -539,14 +539,31 @@ def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stat
                 stats.noisy_rows = int(noisy.sum())
         if none is not None:
             n_none = int(none.sum())
-    res = out.reshape(tuple(lead) + (Lq, dv))
-    if res.dtype != q.dtype:
-        res = res.to(q.dtype)
+    res = _as_dtype(out.reshape(tuple(lead) + (Lq, dv)), q.dtype)
     result = (res, stats) if return_stats else (res,)
     if with_empty:
         nr = None if none is None else none.reshape(tuple(lead) + (Lq,))
         result = result + (nr, n_none)
     return result if len(result) > 1 else result[0]
+
+
+def _as_dtype(res, dtype):
+    """``res`` in ``dtype`` as NumPy's ``astype`` of the CPU path gives it (RNE, overflow to
+    Inf).  float64 -> float16 is rounded once: torch rounds through float32 (twice), so the
+    float32 step rounds to odd (toward zero, the last bit set when inexact), which makes the
+    float16 rounding exact (24 >= 11 + 2 bits).  float64 -> bfloat16 rounds through float32 in
+    both (ml_dtypes too)."""
+    import torch
+
+    if res.dtype == dtype:
+        return res
+    if res.dtype != torch.float64 or dtype != torch.float16:
+        return res.to(dtype)
+    t = res.to(torch.float32)
+    inexact = (t.double() != res) & ~torch.isnan(res)
+    t = torch.where(inexact & (t.double().abs() > res.abs()),
+                    torch.nextafter(t, torch.zeros_like(t)), t)
+    return (t.view(torch.int32) | inexact.to(torch.int32)).view(torch.float32).to(dtype)
 
 
 __all__ = ["Pending", "attention_device", "force_engine", "wants_device"]

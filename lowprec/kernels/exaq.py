@@ -17,7 +17,9 @@ value ``C = a sigma + b`` (:func:`exaq_clip`, ``(a, b)`` per bit width from EXAQ
 
 Choices: the authors calibrate ``C`` over 25 calls and then freeze the mean; each call here is
 one "instantaneous" calibration.  A ``C`` that is not finite or not negative becomes ``-1e-6``
-(the authors' safeguard).  Masked keys give 0; a row without a visible key gives NaN.
+(the authors' safeguard).  Masked keys give 0; a row without a visible key gives NaN.  On
+CUDA tensors the attention scheme runs on their device (:mod:`.exaq_device`; its float64 GEMMs
+are the device's).
 """
 
 from __future__ import annotations

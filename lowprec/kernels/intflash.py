@@ -38,6 +38,9 @@ full-INT8 kernel loses the running max between its two stages and so drops every
 off-diagonal tile.  A row of a tile without a visible key is left untouched (exactly what
 processing it with ``p = 0`` gives, up to the sign of a zero ``acc``), so results do not depend
 on ``block_q``.  A row that sees no key at all gives NaN.
+
+On CUDA tensors the scheme runs on their device (:mod:`.intflash_device`): the same bits and
+statistics.
 """
 
 from __future__ import annotations
