@@ -144,6 +144,25 @@ def test_exaq_flat_and_degenerate_groups():
     assert st.nonfinite_rows > 0
 
 
+def test_exaq_level_exponentials_are_the_kernels():
+    """The host table of the level exponentials (Python's ``math.exp``) equals what the CPU's
+    Numba kernel computes (``np.exp`` there: the same C library function)."""
+    import math
+
+    from numba import njit
+
+    @njit(cache=False)
+    def kernel_exp(a):
+        out = np.empty_like(a)
+        for i in range(a.size):
+            out[i] = np.exp(a[i])
+        return out
+
+    x = np.random.default_rng(5).uniform(-60.0, 0.0, 200_000)
+    want = kernel_exp(x)
+    assert all(math.exp(t) == w for t, w in zip(x.tolist(), want.tolist(), strict=True))
+
+
 # ------------------------------------------------------------------------------------------
 # reference
 
