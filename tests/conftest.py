@@ -56,6 +56,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"needs two CUDA GPUs ({n} present)"))
 
 
+@pytest.fixture
+def cpu_only_scheme():
+    """The name of a scheme without a device path, registered for the test and removed after
+    it: ``intflash``'s CPU pipeline under the name ``"cpu_only_test"`` (every registered
+    scheme has a device path, so the CPU fallback of CUDA tensors needs one made up)."""
+    import dataclasses
+
+    from lowprec.kernels import _REGISTRY, get_scheme, register
+
+    name = "cpu_only_test"
+    register(dataclasses.replace(get_scheme("intflash"), name=name, device=None, engine=None))
+    try:
+        yield name
+    finally:
+        _REGISTRY.pop(("attention", name), None)
+
+
 # --------------------------------------------------------------------------------------------
 # Shared helpers of the test modules (``from conftest import rand_qkv, same_bits, sqnr_db``).
 # The slow, obviously correct twins live in tests/naive/.

@@ -342,10 +342,10 @@ def test_emulate_device_statistics_arrive_when_read():
     assert r2.stats.calls[1].stats.nonfinite_rows > 0
 
 
-def test_emulate_other_schemes_keep_the_cpu_path():
+def test_emulate_other_schemes_keep_the_cpu_path(cpu_only_scheme):
     """A scheme without a device path is not routed to it."""
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=16, Lk=16, seed=14)
-    with torch.no_grad(), force_engine(), lp.emulate("intflash") as run:
+    with torch.no_grad(), force_engine(), lp.emulate(cpu_only_scheme) as run:
         out = F.scaled_dot_product_attention(q, k, v)
     assert out.device.type == "cpu" and run.stats.calls[0].stats is not None
 
@@ -355,7 +355,7 @@ def test_emulate_other_schemes_keep_the_cpu_path():
 
 
 @pytest.mark.gpu
-def test_cuda_dispatch_and_fallback():
+def test_cuda_dispatch_and_fallback(cpu_only_scheme):
     """On CUDA: lp.attention returns a CUDA tensor for flash/baps; schemes without a device
     path keep rejecting CUDA tensors; lp.emulate warns for them and not for flash/baps."""
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=64, Lk=64, kind="bf16", seed=15)
@@ -363,12 +363,12 @@ def test_cuda_dispatch_and_fallback():
     out = lp.attention(qc, kc, vc, "baps", causal=True)
     assert out.device.type == "cuda" and out.dtype == torch.bfloat16
     with pytest.raises(ValueError, match="CPU"):
-        lp.attention(qc, kc, vc, "intflash")
+        lp.attention(qc, kc, vc, cpu_only_scheme)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*moved to the CPU")
         with torch.no_grad(), lp.emulate("hif8"):
             F.scaled_dot_product_attention(qc, kc, vc)
     with pytest.warns(UserWarning, match="moved to the CPU"):
-        with torch.no_grad(), lp.emulate("intflash"):
+        with torch.no_grad(), lp.emulate(cpu_only_scheme):
             res = F.scaled_dot_product_attention(qc, kc, vc)
     assert res.device.type == "cuda"

@@ -27,7 +27,7 @@ from lowprec.kernels.device import attention_device, force_engine  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 SCHEMES = ["intattention", "quant_only", "index_softmax_only", "ivit", "ibert", "hccs",
-           "qflash"]
+           "qflash", "intflash", "exaq"]  # reference: tests/test_attention_device_schemes.py
 
 
 def on_device():
@@ -120,7 +120,8 @@ def test_causal_lq_greater_than_lk_and_dtypes(scheme):
     """Causal Lq > Lk (rows that see no key), bfloat16 and float64 inputs, 2-D inputs."""
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=48, Lk=24, seed=2, dtype=torch.bfloat16)
     st = both(q, k, v, scheme, causal=True)[1]
-    assert scheme in ("quant_only", "ivit", "ibert", "hccs", "qflash") or st.empty_rows > 0
+    assert scheme in ("quant_only", "ivit", "ibert", "hccs", "qflash", "intflash") or \
+        st.empty_rows > 0
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=20, Lk=33, seed=3, dtype=torch.float64)
     both(q, k, v, scheme, scale=0.3)
     both(q[0, 0], k[0, 0], v[0, 0], scheme, causal=True)
@@ -396,7 +397,8 @@ def test_qflash_errors(case):
     assert str(e1.value) == str(e2.value)
 
 
-def test_emulate_device_path():
+@pytest.mark.parametrize("scheme", ["intattention", "intflash", "exaq"])
+def test_emulate_device_path(scheme):
     """lp.emulate routes a device scheme's SDPA calls to the device path (GQA by index, a
     causal call with Lq != Lk folded into a mask): the same outputs and statistics."""
     import torch.nn.functional as F
@@ -404,7 +406,7 @@ def test_emulate_device_path():
     q, k, v = qkv(Z=1, Hq=4, Hkv=2, Lq=12, Lk=20, seed=12)
     res = []
     for ctx in (contextlib.nullcontext(), on_device()):
-        with torch.no_grad(), ctx, lp.emulate("intattention") as run:
+        with torch.no_grad(), ctx, lp.emulate(scheme) as run:
             a = (dev(q), dev(k), dev(v)) if not isinstance(ctx, contextlib.nullcontext) \
                 else (q, k, v)
             out = F.scaled_dot_product_attention(*a, is_causal=True, enable_gqa=True)

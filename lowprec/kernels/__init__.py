@@ -163,11 +163,11 @@ def attention(q, k, v, scheme: str = "reference", *, scale: float | None = None,
         q, k, v: numpy arrays or torch tensors (float32, float16, bfloat16; float64 is
             rounded to float32 by every scheme but ``reference``), shapes ``(..., Lq, d)``,
             ``(..., Lk, d)``, ``(..., Lk, dv)``; leading (batch, head) dims broadcast.
-            Schemes with a device path (``flash``, ``baps`` through the GPU engine, the
-            row-wise schemes through :mod:`lowprec.kernels.device_rows`) run CUDA tensors on
-            their own device (same bits and statistics as the CPU:
-            :mod:`lowprec.kernels.device`) and return a tensor there; the other schemes take
-            CPU tensors only.
+            Every registered scheme has a device path (``flash``, ``baps`` through the GPU
+            engine, the others through :mod:`lowprec.kernels.device_rows`): CUDA tensors run
+            on their own device (same bits and statistics as the CPU, where float64 GEMMs
+            decide the last bits as measured: :mod:`lowprec.kernels.device`) and return a
+            tensor there; a scheme registered without one takes CPU tensors only.
         scheme: a name from :func:`schemes` (``reference``, ``flash``, ``baps``, ...).
         scale: softmax scale, default ``1 / sqrt(d)``.
         causal: mask key ``j > i + (Lk - Lq)`` (bottom-right aligned, torch's

@@ -424,7 +424,8 @@ def _device_fn(s):
 
 
 def _noise_int8(dp, model: str, parts):
-    """``problem.logit_noise`` of the ``"int8_tensor"`` / ``"int8_entry"`` models on the device
+    """``problem.logit_noise`` of the int8 models (``"int8_tensor"``, ``"int8_entry"``,
+    ``"int8_token"``) on the device
     (float64 ``(B, Lq)``; key/value heads by index).  Its sums run in torch's order, so a row
     within a few float64 ulps of the threshold could count differently (never seen)."""
     import torch
@@ -445,6 +446,12 @@ def _noise_int8(dp, model: str, parts):
         k2 = ksq.mean(dim=1)[dp.kv]
     aq = q.abs().amax(dim=2) if d else torch.zeros((B, Lq), dtype=torch.float64,
                                                    device=dp.device)
+    if model == "int8_token":  # q's step per query row, k's per key
+        sq = aq / 127.0
+        sk2 = (ak / 127.0) ** 2
+        var = ((q * q).sum(dim=2) * sk2.mean(dim=1)[:, None]
+               + k2.sum(dim=1)[:, None] * sq * sq) / 12.0
+        return torch.sqrt(var) * abs(dp.scale)
     if model == "int8_tensor":
         sq = (aq.amax() / 127.0).reshape(1, 1).expand(B, 1)
         sk = (ak.amax() / 127.0).reshape(1, 1).expand(B, 1)
@@ -480,13 +487,15 @@ def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stat
     k4 = _as4(k.detach(), lead, kh, Lk, d)
     v4 = _as4(v.detach(), lead, kh, Lk, dv)
     Z = q4.shape[0]
-    f32 = torch.float32  # float64 rounded to float32 (RNE, as the CPU's astype)
+    ft = torch.float32  # float64 rounded to float32 (RNE, as the CPU's astype) unless kept
+    if s.float64 and all(t.dtype == torch.float64 for t in (q, k, v)):
+        ft = torch.float64  # (the CPU's prepare(keep_float64=True))
     kv = (torch.arange(Z, device=dev)[:, None] * kh
           + (torch.arange(H, device=dev) * kh // H)[None, :]).reshape(-1)
     dp = DeviceProblem(
-        q=q4.reshape(B, Lq, d).to(f32).contiguous(),
-        k=k4.reshape(Z * kh, Lk, d).to(f32).contiguous(),
-        v=v4.reshape(Z * kh, Lk, dv).to(f32).contiguous(), kv=kv, scale=sc, causal=causal,
+        q=q4.reshape(B, Lq, d).to(ft).contiguous(),
+        k=k4.reshape(Z * kh, Lk, d).to(ft).contiguous(),
+        v=v4.reshape(Z * kh, Lk, dv).to(ft).contiguous(), kv=kv, scale=sc, causal=causal,
         mask=planes, mask_map=None if mmap is None else torch.from_numpy(np.array(mmap)).to(dev),
         lead=tuple(lead), in_dtype=q.dtype)
     floored = 0
@@ -517,7 +526,7 @@ def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stat
             model = s.noise(options)
             whole = options.get("scale_scope") == "tensor"
             if model is not None and B and Lq and Lk:
-                if model not in ("int8_tensor", "int8_entry"):  # pragma: no cover
+                if model not in ("int8_tensor", "int8_entry", "int8_token"):  # pragma: no cover
                     raise NotImplementedError(f"noise model {model!r} on the device")
                 parts = dp.taking_part() if (dp.mask is not None or causal) else None
                 est = _noise_int8(dp, model, None if whole else parts)
@@ -532,14 +541,31 @@ def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stat
         if s.noise is not None:
             stats.noisy_rows = int(host[1])
         n_none = int(host[2])
-    res = out.reshape(tuple(lead) + (Lq, dv))
-    if res.dtype != q.dtype:
-        res = res.to(q.dtype)
+    res = _as_dtype(out.reshape(tuple(lead) + (Lq, dv)), q.dtype)
     result = (res, stats) if return_stats else (res,)
     if with_empty:
         nr = None if none is None else none.reshape(tuple(lead) + (Lq,))
         result = result + (nr, n_none)
     return result if len(result) > 1 else result[0]
+
+
+def _as_dtype(res, dtype):
+    """``res`` in ``dtype`` as NumPy's ``astype`` of the CPU path gives it (RNE, overflow to
+    Inf).  float64 -> float16 is rounded once: torch rounds through float32 (twice), so the
+    float32 step rounds to odd (toward zero, the last bit set when inexact), which makes the
+    float16 rounding exact (24 >= 11 + 2 bits).  float64 -> bfloat16 rounds through float32 in
+    both (ml_dtypes too)."""
+    import torch
+
+    if res.dtype == dtype:
+        return res
+    if res.dtype != torch.float64 or dtype != torch.float16:
+        return res.to(dtype)
+    t = res.to(torch.float32)
+    inexact = (t.double() != res) & ~torch.isnan(res)
+    t = torch.where(inexact & (t.double().abs() > res.abs()),
+                    torch.nextafter(t, torch.zeros_like(t)), t)
+    return (t.view(torch.int32) | inexact.to(torch.int32)).view(torch.float32).to(dtype)
 
 
 __all__ = ["Pending", "attention_device", "force_engine", "wants_device"]

@@ -180,9 +180,13 @@ class DeviceProblem(ProblemShape):
         return replace(self, mask=a), n
 
 
-def chunks(dp: DeviceProblem, align: int = 1):
-    """The ``(g0, g1, r0, r1)`` row chunks of a device call (:func:`~.problem.row_chunks`)."""
+def chunks(dp: DeviceProblem, align: int = 1, width: int = 0):
+    """The ``(g0, g1, r0, r1)`` row chunks of a device call (:func:`~.problem.row_chunks`);
+    ``width``: elements a scheme holds per row when that exceeds ``Lk`` (fewer rows per
+    chunk)."""
     elems = DEVICE_CHUNK_ELEMS if dp.device.type != "cpu" else CHUNK_ELEMS
+    if width > dp.Lk:
+        elems = max(1, elems * max(dp.Lk, 1) // width)
     return row_chunks(dp.B, dp.Lq, dp.Lk, elems=elems, align=align)
 
 
@@ -419,6 +423,30 @@ def int8_codes(x, scales, src=None, qmin: int = -INT8_QMAX):
     return codes(xs, s, qmin).to(torch.int8)
 
 
+def float_scores(dp: DeviceProblem, g0: int, g1: int, r0: int, r1: int, rm: DeviceRows, q64):
+    """float32 scores ``fp32(fp32(fp64(q . k) scale) + mask)`` of a chunk, ``(n, Lk)`` (the twin
+    of :func:`._scores.float_scores`; ``q64`` = ``dp.q`` in float64, ``rm`` the chunk's
+    :meth:`DeviceProblem.rows`).  The float64 GEMM of float32 operands sums in cuBLAS's order
+    (BLAS's on the CPU): the one step of the float-score schemes not pinned bit for bit."""
+    import torch
+
+    n = (g1 - g0) * (r1 - r0)
+    G = torch.matmul(q64[g0:g1, r0:r1], dp.k[dp.kv[g0:g1]].double().transpose(1, 2))
+    x = (G * dp.scale).to(torch.float32).reshape(n, dp.Lk)
+    return x if rm.add is None else x + rm.add.reshape(n, dp.Lk)
+
+
+def float_output(P, dp: DeviceProblem, g0: int, g1: int):
+    """``fp32(P v)`` of a chunk's probabilities ``P (n, Lk)`` (float32 values) in float64 (the
+    twin of :func:`._scores.float_rows_output` and the float32 output array), ``(entries,
+    rows, dv)``; the GEMM's order is not pinned (:func:`float_scores`)."""
+    import torch
+
+    gh = g1 - g0
+    O = torch.matmul(P.double().reshape(gh, -1, dp.Lk), dp.v[dp.kv[g0:g1]].double())
+    return O.to(torch.float32)
+
+
 def out_rows(acc, sv, pmax: float):
     """``(acc * s_v) / pmax`` in float64 rounded once to float32 (``intattention._out_rows``
     followed by the float32 output array).  The divisor is a device tensor: torch's CUDA
@@ -431,5 +459,5 @@ def out_rows(acc, sv, pmax: float):
 
 __all__ = ["DeviceProblem", "DeviceRows", "DeviceQKV", "quantize_problem", "chunks", "codes",
            "row_amax", "entry_scales", "scoped_amax", "none_visible", "out_rows",
-           "fused_kernels", "int8_codes",
+           "fused_kernels", "int8_codes", "float_scores", "float_output",
            "DEVICE_CHUNK_ELEMS"]

@@ -17,7 +17,9 @@ value ``C = a sigma + b`` (:func:`exaq_clip`, ``(a, b)`` per bit width from EXAQ
 
 Choices: the authors calibrate ``C`` over 25 calls and then freeze the mean; each call here is
 one "instantaneous" calibration.  A ``C`` that is not finite or not negative becomes ``-1e-6``
-(the authors' safeguard).  Masked keys give 0; a row without a visible key gives NaN.
+(the authors' safeguard).  Masked keys give 0; a row without a visible key gives NaN.  On
+CUDA tensors the attention scheme runs on their device (:mod:`.exaq_device`; its float64 GEMMs
+are the device's).
 """
 
 from __future__ import annotations
@@ -342,21 +344,25 @@ def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT,
 # the attention scheme
 
 
+def exaq_options(prob, bits, scale_scope: str):
+    """Scheme ``exaq``'s option checks (shared with its device path, :mod:`.exaq_device`):
+    ``(bits, group, part)`` for a problem (a :class:`Problem` or a device problem): the
+    sigma group of each entry (its sequence with ``scale_scope="visible"``, else 0 for all)
+    and the rows that take part (``(B, Lq)`` boolean; None: all rows count)."""
+    b = _check_exaq_bits(bits)
+    if check_choice(scale_scope, "scale_scope", SCALE_SCOPES) == "visible":
+        return b, prob.sequences(), prob.taking_part()[0]
+    return b, prob.sequences() * 0, None
+
+
 def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
           scale_scope: str = "visible"):
     """Scheme ``exaq``: float32 scores as ``index_softmax_only``, ``sigma`` over every visible
     score of each sequence (``scale_scope="visible"``: the rows that take part of one batch
     element) or of the whole call (``"tensor"``, the authors' per-call calibration) in a first
     pass (the scores kept), :func:`exaq_softmax`'s quantisation in a second."""
-    b = _check_exaq_bits(bits)
-    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
+    b, group, part = exaq_options(prob, bits, scale_scope)
     B, Lq, Lk = prob.B, prob.Lq, prob.Lk
-    if scope == "visible":
-        group = prob.sequences()
-        part = prob.taking_part()[0]
-    else:
-        group = np.zeros(B, dtype=np.int64)
-        part = None
     ng = int(group.max()) + 1 if B else 1
     acc = np.tile(np.array([0.0, 0.0, 0.0, np.inf]), (ng, 1))
     q64, k64t, v64 = float64_operands(prob)
@@ -428,10 +434,10 @@ register(Scheme(
     "exaq",
     "EXAQ: 2/3/4-bit clipped quantisation of the max-centred scores (C = a sigma + b)",
     _exaq, options=("bits", "scale_scope"), stats=IntAttentionStats, order=75, error_bound=0.3,
-    mask_floor=MASK_FLOOR,
+    mask_floor=MASK_FLOOR, device="exaq_device:exaq",
 ))
 register(Scheme("exaq", "EXAQ clipped low-bit exponent quantisation softmax (bits 2/3/4)",
                 _softmax_exaq, options=("bits",), kind="softmax", stats=IntAttentionStats,
                 mask_floor=MASK_FLOOR))
 
-__all__ = ["exaq_softmax", "exaq_clip", "EXAQ_AB", "EXAQ_BITS_DEFAULT"]
+__all__ = ["exaq_softmax", "exaq_clip", "exaq_options", "EXAQ_AB", "EXAQ_BITS_DEFAULT"]

@@ -51,6 +51,8 @@ from ._intattention_rows import (
 from .device_rows import (
     DeviceProblem,
     chunks,
+    float_output,
+    float_scores,
     fused_kernels,
     none_visible,
     out_rows,
@@ -380,18 +382,11 @@ def index_softmax_only(dp: DeviceProblem, return_stats: bool, bits: int = BITS_D
     out = torch.empty((dp.B, dp.Lq, dp.dv), dtype=torch.float32, device=dev)
     nan_n = torch.zeros((), dtype=torch.int64, device=dev)
     for g0, g1, r0, r1 in chunks(dp):
-        gh, rows = g1 - g0, r1 - r0
-        n = gh * rows
         rm = dp.rows(g0, g1, r0, r1)
-        idx = dp.kv[g0:g1]
-        G = torch.matmul(q64[g0:g1, r0:r1], dp.k[idx].double().transpose(1, 2))
-        x = (G * dp.scale).to(torch.float32).reshape(n, Lk)
-        if rm.add is not None:
-            x = x + rm.add.reshape(n, Lk)
+        x = float_scores(dp, g0, g1, r0, r1, rm, q64)
         P = index_softmax_rows(x, rm.visible(Lk, dp.causal), lut_t, (1 << b) - 1, cf32, mode)
-        nan_n += torch.isnan(P[:, 0]).sum() if Lk else n
-        O = torch.matmul(P.double().reshape(gh, rows, Lk), dp.v[idx].double())
-        out[g0:g1, r0:r1] = O.to(torch.float32)
+        nan_n += torch.isnan(P[:, 0]).sum()
+        out[g0:g1, r0:r1] = float_output(P, dp, g0, g1)
     st = IntAttentionStats(calls=1, rows=dp.B * dp.Lq, empty_rows=int(nan_n)) \
         if return_stats else None
     return out, st

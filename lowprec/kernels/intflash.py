@@ -38,6 +38,9 @@ full-INT8 kernel loses the running max between its two stages and so drops every
 off-diagonal tile.  A row of a tile without a visible key is left untouched (exactly what
 processing it with ``p = 0`` gives, up to the sign of a zero ``acc``), so results do not depend
 on ``block_q``.  A row that sees no key at all gives NaN.
+
+On CUDA tensors the scheme runs on their device (:mod:`.intflash_device`): the same bits and
+statistics.
 """
 
 from __future__ import annotations
@@ -439,10 +442,7 @@ def _run(q8, k8, v8, vh, sq, sk, sv, scale, Br, Bc, causal, half, planes, mmap, 
     the scores by the int8 plumbing's exact GEMM in chunks of whole query tiles."""
     B, Lq, _ = q8.shape
     dv = vh.shape[2] if half else v8.shape[2]
-    # the authors' `qk_scale = sm_scale; qk_scale *= 1.44269504`: sm_scale is a float32 kernel
-    # argument and the product is one float32 multiplication (fp32(1.44269504) = fp32(log2 e));
-    # fp32(scale * log2 e) in float64 differs by one ulp for ~28 % of scales (1.3, 1/sqrt(48))
-    c = np.float32(np.float32(scale) * _LOG2E_F32)
+    c = score_unit(scale)
     out = np.empty((B, Lq, dv), dtype=np.float32)
     w = kernel_array
     Lk = k8.shape[1]
@@ -564,17 +564,36 @@ def _stats(cnt: np.ndarray, saturated: tuple) -> IntFlashStats:
 # the float pipeline (scheme "intflash")
 
 
+def intflash_options(shape, block_q, block_k, variant: str, scale_dtype: str,
+                     scale_scope: str) -> tuple[int, int, str]:
+    """Scheme ``intflash``'s option checks, in the order and with the messages of the CPU path
+    (shared with its device path, :mod:`.intflash_device`): ``(block_q, block_k, scope)``
+    for a problem ``shape`` (anything with ``Lq``, ``Lk``, ``d``)."""
+    check_choice(variant, "variant", VARIANTS)
+    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
+    Br = check_block(block_q, "block_q", shape.Lq)
+    Bc = check_block(block_k, "block_k", shape.Lk)
+    if Bc > BLOCK_K_MAX:
+        raise ValueError(f"block_k = {Bc} > {BLOCK_K_MAX}: int32 tile sums of P8 v8 could wrap")
+    if shape.d > D_MAX:
+        raise ValueError(f"d = {shape.d} > {D_MAX}: int8 dot products could wrap int32")
+    check_choice(scale_dtype, "scale_dtype", SCALE_DTYPES)
+    return Br, Bc, scope
+
+
+def score_unit(scale: float) -> np.float32:
+    """``c = fp32(fp32(scale) * fp32(log2 e))``: the authors' ``qk_scale = sm_scale;
+    qk_scale *= 1.44269504`` (``sm_scale`` a float32 kernel argument, one float32
+    multiplication; fp32(1.44269504) = fp32(log2 e)).  ``fp32(scale * log2 e)`` in float64
+    differs by one ulp for ~28 % of scales (1.3, 1/sqrt(48))."""
+    return np.float32(np.float32(scale) * _LOG2E_F32)
+
+
 def _intflash(prob: Problem, return_stats: bool, block_q: int = BLOCK_Q_DEFAULT,
               block_k: int = BLOCK_K_DEFAULT, variant: str = "full",
               scale_dtype: str = "float32", scale_scope: str = "visible"):
-    check_choice(variant, "variant", VARIANTS)
-    scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
-    Br = check_block(block_q, "block_q", prob.Lq)
-    Bc = check_block(block_k, "block_k", prob.Lk)
-    if Bc > BLOCK_K_MAX:
-        raise ValueError(f"block_k = {Bc} > {BLOCK_K_MAX}: int32 tile sums of P8 v8 could wrap")
-    if prob.d > D_MAX:
-        raise ValueError(f"d = {prob.d} > {D_MAX}: int8 dot products could wrap int32")
+    Br, Bc, scope = intflash_options(prob, block_q, block_k, variant, scale_dtype,
+                                     scale_scope)
     v = prob.v
     if scope == "visible" and variant == "full":
         # q and k have per-token scales; v's per-(batch, head) scale comes from the keys that
@@ -612,8 +631,8 @@ register(Scheme(
     options=("block_q", "block_k", "variant", "scale_dtype", "scale_scope"),
     variants=("variant", VARIANTS), stats=IntFlashStats, order=30, error_bound=0.3,
     mask_floor=MASK_FLOOR,
-    noise=lambda o: "int8_token",
+    noise=lambda o: "int8_token", device="intflash_device:intflash",
 ))
 
 __all__ = ["IntFlashInputs", "IntFlashStats", "quantize_inputs", "intflash_core",
-           "BLOCK_Q_DEFAULT", "BLOCK_K_DEFAULT", "VARIANTS"]
+           "intflash_options", "score_unit", "BLOCK_Q_DEFAULT", "BLOCK_K_DEFAULT", "VARIANTS"]

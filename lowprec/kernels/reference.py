@@ -1,7 +1,8 @@
 """Reference attention (specs/attention.md section 1).
 
 * ``reference``: exact softmax attention in float64 (the accuracy oracle).  Computed in chunks
-  of query rows so that memory stays ``O(chunk x Lk)`` even for 32k-token studies.
+  of query rows so that memory stays ``O(chunk x Lk)`` even for 32k-token studies; on CUDA
+  tensors in float64 on their device (:mod:`.reference_device`).
 * ``flash``: float32 tiled online-softmax attention (FlashAttention-2, base 2), the Numba engine
   of :mod:`lowprec.kernels.online` with float32 inputs and float32 ``exp2``; the order of every
   float32 operation is documented in docs/design.md ("Exact float32 semantics").
@@ -80,7 +81,8 @@ def _flash(prob: Problem, return_stats: bool, **options):
 
 
 register(Scheme("reference", "exact softmax attention in float64 (the accuracy oracle)",
-                _reference, options=(), float64=True, order=0, error_bound=1e-12))
+                _reference, options=(), float64=True, order=0, error_bound=1e-12,
+                device="reference_device:reference"))
 register(Scheme("flash", "float32 tiled online-softmax attention (FlashAttention-2, base 2)",
                 _flash, options=("block_q", "block_k"), stats=BapsStats, order=10,
                 error_bound=1e-4, engine=flash_setup))
