@@ -321,6 +321,9 @@ def resolve_models(model: str = "auto", *, quick: bool = False) -> list[str]:
 #: (three times slower; perplexity 7.9 times float32's) runs with ``--schemes hccs``
 PPL_DEFAULT_RUNS = ("baps/e2e_hif8", "baps/naive_e2e", "intflash/full", "qflash",
                     "intattention", "quant_only")
+#: with the default runs the perplexity also runs IntAttention's Table 5 ablation (EXAQ at 2,
+#: 3 and 4 bits, IndexSoftmax alone: :data:`lowprec.studies.intattention.TABLE5_RUNS`), for
+#: the claims table
 #: model study sizes: (quick, default)
 MODEL_SIZES = {
     "perplexity": ({"lengths": (64,), "windows": 2}, {"lengths": (512,), "windows": 8}),
@@ -339,7 +342,9 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
     float32 and its bootstrap interval (:func:`~lowprec.studies.models.smollm2_perplexity`;
     one result per window length), and the BAPS Table 4 analogue: ``e2e_hif8`` restart rates
     per tau at 2048 tokens with 128 x 128 tiles and the critical set ``first+diagonal``, then
-    the 16 x 16-tile variant at tau = 1 (:func:`~lowprec.studies.models.smollm2_restart_rates`).
+    the 16 x 16-tile variant at tau = 1 (:func:`~lowprec.studies.models.smollm2_restart_rates`),
+    and (not quick, ``intattention`` among the runs) IntAttention's quantisation options on
+    the model's own attention inputs (:func:`~lowprec.studies.intattention.options_smollm2`).
     MiniLM: cosine similarity of the sentence embeddings under every run
     (:func:`~lowprec.studies.models.minilm_cosine`) and the HCCS KL of heads calibrated on
     MiniLM's own logits (:func:`~lowprec.studies.models.hccs_minilm_kl`, the HCCS paper's
@@ -357,7 +362,9 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
             8192)`` for the full study.
         windows: perplexity windows per length (default 8; None with ``lengths``: 8).
         all_runs: SmolLM2 perplexity under every run of ``runs``; otherwise only those of
-            :data:`PPL_DEFAULT_RUNS` among them (when that leaves none, all of ``runs``).
+            :data:`PPL_DEFAULT_RUNS` among them (when that leaves none, all of ``runs``) and,
+            not quick, the Table 5 runs (``lowprec.studies.intattention.TABLE5_RUNS``) whose
+            scheme is among ``runs``.
         critical: the restart study's critical set (default
             :data:`lowprec.studies.models.RESTART_CRITICAL`).
         resample: the perplexity bootstrap unit (``"auto"``, ``"window"`` or a segment length,
@@ -366,8 +373,9 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
 
     Returns:
         ``{"smollm2": {"perplexity": ..., "perplexity_<L>": ... (further lengths),
-        "restart_rates": ..., "restart_16x16": ...}, "minilm": {"cosine": ..., "hccs_kl":
-        ...}}`` (the models present), each value the model study function's result.
+        "restart_rates": ..., "restart_16x16": ..., "intattention_options": ...}, "minilm":
+        {"cosine": ..., "hccs_kl": ...}}`` (the models present), each value the model study
+        function's result.
     """
     from . import models as _models
 
@@ -384,8 +392,11 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
     windows = windows or pz["windows"]
     critical = critical or _models.RESTART_CRITICAL
     ppl_runs = dict(runs)
+    have = {s for s, _ in runs.values()}
     if not all_runs:
         ppl_runs = {k: v for k, v in runs.items() if k in PPL_DEFAULT_RUNS} or dict(runs)
+        if not quick:
+            ppl_runs.update({k: v for k, v in _ia.TABLE5_RUNS.items() if v[0] in have})
     with_baps = any(s == "baps" and o.get("config") == "e2e_hif8" for s, o in runs.values())
     tasks = []
     for n in names:
@@ -394,6 +405,8 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
                       for j, L in enumerate(lengths)]
             if with_baps:
                 tasks += [(n, "restart_rates", None), (n, "restart_16x16", None)]
+            if not quick and "intattention" in have:
+                tasks.append((n, "intattention_options", None))
         else:
             tasks += [(n, "cosine", None), (n, "hccs_kl", None)]
     bar = _bar(len(tasks), "models", progress)
@@ -413,6 +426,8 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
             val = _models.smollm2_restart_rates((1,),
                                                 max_tokens=restart_tokens or rz["tokens"],
                                                 block=rz["block"], critical=critical)
+        elif key == "intattention_options":
+            val = _ia.options_smollm2()
         elif key == "hccs_kl":
             val = _models.hccs_minilm_kl(quick=quick)
         else:
@@ -633,8 +648,10 @@ def _format_model(name: str, r: dict) -> str:
 
     out = []
     for key, val in r.items():
-        fn = _models.format_hccs_minilm_kl if (name, key) == ("minilm", "hccs_kl") else \
-            getattr(_models, f"format_{name}_{_model_key(key)}", None)
+        special = {("minilm", "hccs_kl"): _models.format_hccs_minilm_kl,
+                   ("smollm2", "intattention_options"): _ia.format_options_smollm2}
+        fn = special.get((name, key)) or getattr(_models, f"format_{name}_{_model_key(key)}",
+                                                 None)
         out.append(fn(val) if fn else f"{name} {key}: {json.dumps(to_jsonable(val))[:2000]}")
     return "\n\n".join(out)
 
