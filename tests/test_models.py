@@ -292,3 +292,29 @@ def test_study_smollm2_quick(smollm2):
     assert lo <= row["ratio"] <= hi and lo < hi  # two windows: segments are resampled
     assert row["verdict"] == S.noise_verdict(lo, hi)
     assert ppl["windows"] == 2 and ppl["resample"] == S.resample_unit(2, 63)
+
+
+def test_smollm2_attention_capture_and_intattention_options(smollm2):
+    """Issue 16 item 3d: SmolLM2's attention inputs per layer (GQA: each of the 3 key/value
+    heads repeated for its 3 query heads), and the IntAttention options study on them:
+    per_block equals per_channel when one query block covers the window, every run's error is
+    small, IndexSoftmax alone beats int8 q, k, v with a float softmax in most layers."""
+    import numpy as np
+
+    from lowprec.studies import intattention as I
+    from lowprec.studies import models as S
+
+    calls = S.capture_smollm2_attention(32)
+    assert len(calls) == 30
+    c = calls[3]
+    assert c["q"].shape == c["k"].shape == c["v"].shape == (1, 9, 32, 64)
+    assert c["causal"] and c["mask"] is None and c["scale"] == 0.125
+    assert np.array_equal(c["k"][0, 0], c["k"][0, 2]) and not np.array_equal(c["k"][0, 2],
+                                                                           c["k"][0, 3])
+    res = I.options_smollm2(tokens=32)
+    e = res["rel_l2"]
+    assert res["layers"] == 30 and e["per_block"] == e["per_channel"]
+    assert all(0 < x < 0.3 for v in e.values() for x in v)
+    held, n = I.options_shares(res)["qkv_vs_softmax"]
+    assert n == 30 and held >= 24
+    assert "per_block beats per_tensor" in I.format_options_smollm2(res)

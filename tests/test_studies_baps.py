@@ -93,14 +93,15 @@ def test_figure1_statements_at_small_size():
     v = E.figure1_verdicts(r)
     assert v["input"] == (2, 2)
     me = r["mass_error"]
-    assert all(me["exp2_e4m3xe5m2"][s] < me["exp2_e5m2"][s] for s in (1.0, 3.0))
-    assert me["exp2_e4m3xe5m2"][3.0] < me["exp2_e4m3"][3.0]
-    assert r["zero_share"]["exp2_e4m3"][3.0] > 0.5 > r["zero_share"]["exp2_hif8"][3.0]
-    assert all(0.8 < x < 1.25 for x in v["hif8"].values())
+    assert all(a < b for a, b in zip(me["exp2_e4m3xe5m2"], me["exp2_e5m2"], strict=True))
+    assert me["exp2_e4m3xe5m2"][1] < me["exp2_e4m3"][1]  # std 3
+    assert r["zero_share"]["exp2_e4m3"][1] > 0.5 > r["zero_share"]["exp2_hif8"][1]
+    assert all(0.8 < x < 1.25 for x in v["hif8"])
     x = E.figure1_inputs(256, 4, 3.0)
     y = np.exp2(x.astype(np.float64))
     y8 = exp2_in_format(x, "e4m3", "e5m2").astype(np.float64)
     w1 = np.mean(np.abs(np.sort(y8.ravel()) - np.sort(y.ravel())))
-    assert np.isclose(w1 * y.size / y.sum(), me["exp2_e4m3xe5m2"][3.0], rtol=1e-12)
+    assert np.isclose(w1 * y.size / y.sum(), me["exp2_e4m3xe5m2"][1], rtol=1e-12)
     assert E.ks_distance(np.zeros(4), np.array([0, 0, 1, 1.0])) == 0.5
     assert "KS distance" in E.format_figure1(r)
+    assert E.figure1_verdicts(json.loads(json.dumps(r))) == v  # a report's round trip

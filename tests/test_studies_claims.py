@@ -138,3 +138,32 @@ def test_docs_claims_is_generated_and_complete():
                   md.split("Counts: ")[1].splitlines()[0].split(", "))
     assert sum(int(v) for v in counts.values()) == len(C.CLAIMS)
     assert sum(f"| {v} |" in line for line in table for v in C.VERDICTS) == len(C.CLAIMS)
+
+
+def test_claims_table5_and_intattention_options_rows():
+    """IntAttention Table 5 rows from the perplexity rows (excess over float32, the ordering
+    with and without separated intervals) and the options rows from the layer errors."""
+    def row(ratio, lo, hi):
+        return {"ratio": ratio, "ratio_ci": [lo, hi], "verdict": "worse"}
+
+    ppl = {"tokens": 512, "windows": 8, "confidence": 0.95, "schemes": {
+        "exaq/2": row(1.6, 1.5, 1.7), "exaq/3": row(1.09, 1.07, 1.11),
+        "exaq/4": row(1.03, 1.02, 1.04), "index_softmax_only": row(1.01, 1.0, 1.02),
+        "quant_only": row(1.005, 0.99, 1.02)}}
+    opts = {"layers": 3, "tokens": 512, "rel_l2": {
+        "per_tensor": [0.1, 0.1, 0.1], "per_channel": [0.09, 0.1, 0.2],
+        "per_block": [0.09, 0.09, 0.2], "deploy": [0.1, 0.1, 0.1],
+        "index_softmax_only": [0.05, 0.05, 0.05], "quant_only": [0.1, 0.1, 0.1]}}
+    opts["mean_rel_l2"] = {k: sum(v) / 3 for k, v in opts["rel_l2"].items()}
+    report = {"models": {"smollm2": {"perplexity": ppl, "intattention_options": opts}}}
+    rows = {r["key"]: r for r in C.claims_from_report(report)}
+    assert rows["intattention:t5:exaq2"]["ours"].startswith("60.00 [50.00, 70.00]")
+    assert rows["intattention:t5:exaq2"]["verdict"] == "partly"  # 60 % against the paper's 40 %
+    assert rows["intattention:t5:exaq3"]["verdict"] == "holds"  # 9 % against 8.6 %
+    assert rows["intattention:t5:order"]["verdict"] == "holds"
+    assert "intervals separate" in rows["intattention:t5:order"]["why"]
+    assert "EXAQ 4-bit" in rows["intattention:t5:order"]["why"]
+    assert rows["intattention:t5:qkv"]["verdict"] == "no"  # 1.01 > 1.005
+    assert rows["intattention:opts:per_block"]["ours"] == "2/3"
+    assert rows["intattention:opts:per_block"]["verdict"] == "partly"
+    assert rows["intattention:opts:qkv"]["verdict"] == "holds"

@@ -35,6 +35,21 @@ Choices made here (documented, each an option):
 * Only the last ``n_query`` query rows are computed, against all N keys: without a causal
   mask every query row is independent (per-token q scales, per-head v scale over all keys),
   so these rows are exactly what a full N x N run gives for them.
+* Normal inputs do not reproduce (issue 16 item 3e; the claims table's "why" gives the numbers
+  of the current run).  Not because of the FP8 kernel: every FP8 recipe gives the same error
+  on randn inputs (22 % median at 1k, whatever P's rounding and the output's storage), and
+  half-INT8, which has no FP8 step, misses the paper by the same factor (2.7x), while
+  full-INT8, whose error is set by v's per-tensor int8 rounding (one-hot-like rows: randn
+  with ``scale = 1`` gives scores of std ``sqrt(d) = 8``), matches.  So rounding q and k moves
+  the output 2-3 times more in our run than the paper's numbers allow, with the inputs of the
+  authors' script (``torch.randn``, commented out beside ``torch.rand`` in ``acc_test``).  The
+  per-row 4-element MRE spreads widely (FP8: quartiles about 7 % and 63 %); the paper's
+  7.46 % is near our 25th percentile, but its five lengths, one run each if its script's
+  ``REPEAT_TIMES = 1`` was used, all lie within 7.46-7.66 %, which our distribution gives
+  with probability about 1e-11.  The paper's text lost the distributions' parameters, so
+  another variance or scale cannot be excluded; std 0.5 and 0.25 were tried and match no
+  better (at 0.25 half-INT8 comes near the paper, but FP8 stays well above it and full-INT8
+  falls below it).
 * The paper's tables lost their headers in our copy; columns are read as (FP8, half-INT8,
   full-INT8) from the authors' script order and the text ("46 %" and "82 %" smaller MRE of
   full-INT8 than FP8 for normal and uniform inputs match columns 3 vs 1).
@@ -83,13 +98,19 @@ def mre(out, ref, eps: float = MRE_EPS) -> float:
     return float(np.mean(np.abs(out - ref) / (np.abs(ref) + eps)))
 
 
-def row4_mre(out, ref, eps: float = MRE_EPS) -> float:
-    """Median over query rows of the MRE of each row's last 4 channels (what one run of the
-    authors' 4-element metric gives typically)."""
+def row4_values(out, ref, eps: float = MRE_EPS) -> np.ndarray:
+    """The MRE of each query row's last 4 channels, flattened over rows: the distribution of
+    what one run of the authors' 4-element metric gives."""
     out = np.asarray(out, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     rel = np.abs(out - ref)[..., -4:] / (np.abs(ref[..., -4:]) + eps)
-    return float(np.median(rel.mean(axis=-1)))
+    return rel.mean(axis=-1).reshape(-1)
+
+
+def row4_mre(out, ref, eps: float = MRE_EPS) -> float:
+    """Median over query rows of the MRE of each row's last 4 channels (what one run of the
+    authors' 4-element metric gives typically)."""
+    return float(np.median(row4_values(out, ref, eps)))
 
 
 def make_inputs(n: int, dist: str, *, batch: int = 2, heads: int = 2, d: int = 64,
@@ -215,7 +236,12 @@ def mre_vs_fp8(lengths=(1024, 2048), dists=("normal", "uniform"), *, batch: int 
         fp8_recipe: the recipe of column ``fp8`` (a key of :data:`FP8_RECIPES`).
 
     Returns:
-        ``{dist: {"N": [...], col: [MRE], col + "_row4": [median per-row last-4 MRE],
+        ``{dist: {"N": [...], "d": d, col: [MRE], col + "_row4": [median per-row last-4 MRE],
+        col + "_row4_q": [(25th, 75th percentile) of the per-row last-4 MRE], col +
+        "_paper_rank": [share of rows whose last-4 MRE is at most the paper's value, or None
+        for an N or column the paper does not give], col + "_paper_band": [share of rows whose
+        last-4 MRE lies between the paper's smallest and largest value of the column over N,
+        or None],
         col + "_last4": [MRE of the last 4 output elements], col + "_l1": [rel_l1],
         "reduction": [1 - full / fp8 on MRE], "reduction_row4": [same on _row4]}}`` with
         ``col`` in :data:`COLUMNS` (``fp8_rne`` and ``fp8_qkv`` are the recipes ``"rne"`` and
@@ -230,9 +256,10 @@ def mre_vs_fp8(lengths=(1024, 2048), dists=("normal", "uniform"), *, batch: int 
         raise ValueError(f"fp8_recipe {fp8_recipe!r} is not one of {', '.join(FP8_RECIPES)}")
     res = {}
     for dist in dists:
-        r = {"N": []}
+        r = {"N": [], "d": d}
         for col in COLUMNS:
-            for suffix in ("", "_row4", "_last4", "_l1"):
+            for suffix in ("", "_row4", "_row4_q", "_paper_rank", "_paper_band", "_last4",
+                           "_l1"):
                 r[col + suffix] = []
         for n in lengths:
             q, k, v = make_inputs(n, dist, batch=batch, heads=heads, d=d, seed=seed)
@@ -253,8 +280,17 @@ def mre_vs_fp8(lengths=(1024, 2048), dists=("normal", "uniform"), *, batch: int 
             }
             r["N"].append(n)
             for col, out in outs.items():
+                rows = row4_values(out, ref)
+                paper = PAPER_MRE[dist].get(col)
                 r[col].append(mre(out, ref))
-                r[col + "_row4"].append(row4_mre(out, ref))
+                r[col + "_row4"].append(float(np.median(rows)))
+                r[col + "_row4_q"].append([float(x) for x in np.percentile(rows, (25, 75))])
+                r[col + "_paper_rank"].append(
+                    float(np.mean(rows <= paper[LENGTHS_FULL.index(n)] / 100))
+                    if paper and n in LENGTHS_FULL else None)
+                r[col + "_paper_band"].append(
+                    float(np.mean((rows >= min(paper) / 100) & (rows <= max(paper) / 100)))
+                    if paper else None)
                 r[col + "_l1"].append(rel_l1(out, ref))
                 r[col + "_last4"].append(mre(np.asarray(out).reshape(-1)[-4:],
                                              ref.reshape(-1)[-4:]))
@@ -303,6 +339,7 @@ def print_mre_vs_fp8(**kwargs) -> dict:
     return res
 
 
-__all__ = ["PAPER_MRE", "LENGTHS_FULL", "FP8_RECIPES", "mre", "row4_mre", "make_inputs",
+__all__ = ["PAPER_MRE", "LENGTHS_FULL", "FP8_RECIPES", "mre", "row4_mre", "row4_values",
+           "make_inputs",
            "rel_l1", "reference_fp16", "flash_p_e5m2", "fp8_flash", "mre_vs_fp8",
            "format_mre_vs_fp8", "print_mre_vs_fp8"]

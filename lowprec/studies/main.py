@@ -358,6 +358,9 @@ PPL_DEFAULT_RUNS = ("baps/e2e_hif8", "baps/naive_e2e", "intflash/full", "qflash"
                     "intattention", "quant_only")
 #: the key of each part's time in ``report["seconds"]``, where it is not the part's own key
 _TIMING = {"claims_synthetic": "claims"}
+#: with the default runs the perplexity also runs IntAttention's Table 5 ablation (EXAQ at 2,
+#: 3 and 4 bits, IndexSoftmax alone: :data:`lowprec.studies.intattention.TABLE5_RUNS`), for
+#: the claims table
 #: model study sizes: (quick, default)
 MODEL_SIZES = {
     "perplexity": ({"lengths": (64,), "windows": 2}, {"lengths": (512,), "windows": 8}),
@@ -376,7 +379,9 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
     float32 and its bootstrap interval (:func:`~lowprec.studies.models.smollm2_perplexity`;
     one result per window length), and the BAPS Table 4 analogue: ``e2e_hif8`` restart rates
     per tau at 2048 tokens with 128 x 128 tiles and the critical set ``first+diagonal``, then
-    the 16 x 16-tile variant at tau = 1 (:func:`~lowprec.studies.models.smollm2_restart_rates`).
+    the 16 x 16-tile variant at tau = 1 (:func:`~lowprec.studies.models.smollm2_restart_rates`),
+    and (not quick, ``intattention`` among the runs) IntAttention's quantisation options on
+    the model's own attention inputs (:func:`~lowprec.studies.intattention.options_smollm2`).
     MiniLM: cosine similarity of the sentence embeddings under every run
     (:func:`~lowprec.studies.models.minilm_cosine`) and the HCCS KL of heads calibrated on
     MiniLM's own logits (:func:`~lowprec.studies.models.hccs_minilm_kl`, the HCCS paper's
@@ -394,7 +399,9 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
             8192)`` for the full study.
         windows: perplexity windows per length (default 8; None with ``lengths``: 8).
         all_runs: SmolLM2 perplexity under every run of ``runs``; otherwise only those of
-            :data:`PPL_DEFAULT_RUNS` among them (when that leaves none, all of ``runs``).
+            :data:`PPL_DEFAULT_RUNS` among them (when that leaves none, all of ``runs``) and,
+            not quick, the Table 5 runs (``lowprec.studies.intattention.TABLE5_RUNS``) whose
+            scheme is among ``runs``.
         critical: the restart study's critical set (default
             :data:`lowprec.studies.models.RESTART_CRITICAL`).
         resample: the perplexity bootstrap unit (``"auto"``, ``"window"`` or a segment length,
@@ -403,8 +410,9 @@ def model_study(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1
 
     Returns:
         ``{"smollm2": {"perplexity": ..., "perplexity_<L>": ... (further lengths),
-        "restart_rates": ..., "restart_16x16": ...}, "minilm": {"cosine": ..., "hccs_kl":
-        ...}}`` (the models present), each value the model study function's result.
+        "restart_rates": ..., "restart_16x16": ..., "intattention_options": ...}, "minilm":
+        {"cosine": ..., "hccs_kl": ...}}`` (the models present), each value the model study
+        function's result.
     """
     return model_plan(names, runs, quick=quick, taus=taus, progress=progress, lengths=lengths,
                       windows=windows, all_runs=all_runs, critical=critical,
@@ -439,8 +447,11 @@ def model_plan(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1,
     windows = windows or pz["windows"]
     critical = critical or _models.RESTART_CRITICAL
     ppl_runs = dict(runs)
+    have = {s for s, _ in runs.values()}
     if not all_runs:
         ppl_runs = {k: v for k, v in runs.items() if k in PPL_DEFAULT_RUNS} or dict(runs)
+        if not quick:
+            ppl_runs.update({k: v for k, v in _ia.TABLE5_RUNS.items() if v[0] in have})
     with_baps = any(s == "baps" and o.get("config") == "e2e_hif8" for s, o in runs.values())
     units: list[Unit] = []
     parts: list = []  # (name, key, assemble(results))
@@ -471,6 +482,11 @@ def model_plan(names: list[str], runs: dict, *, quick: bool = False, taus=(0, 1,
                     parts.append((n, key, lambda res, pre=pre, ts=ts, where=where:
                                   _models.restart_rates_result({t: res[pre + (t,)] for t in ts},
                                                                where)))
+            if not quick and "intattention" in have:
+                units.append(Unit(("models", n, "intattention_options"),
+                                  _ia.options_smollm2))
+                parts.append((n, "intattention_options",
+                              lambda res, n=n: res[("models", n, "intattention_options")]))
         else:
             sents = _models.minilm_sentences(quick=quick)
             pre = ("models", n, "cosine")
@@ -720,8 +736,10 @@ def _format_model(name: str, r: dict) -> str:
 
     out = []
     for key, val in r.items():
-        fn = _models.format_hccs_minilm_kl if (name, key) == ("minilm", "hccs_kl") else \
-            getattr(_models, f"format_{name}_{_model_key(key)}", None)
+        special = {("minilm", "hccs_kl"): _models.format_hccs_minilm_kl,
+                   ("smollm2", "intattention_options"): _ia.format_options_smollm2}
+        fn = special.get((name, key)) or getattr(_models, f"format_{name}_{_model_key(key)}",
+                                                 None)
         out.append(fn(val) if fn else f"{name} {key}: {json.dumps(to_jsonable(val))[:2000]}")
     return "\n\n".join(out)
 

@@ -781,39 +781,92 @@ def format_smollm2_restart_rates(res: dict) -> str:
 # HCCS on MiniLM logits
 
 
-def _capture_minilm_logits(model, batch) -> list:
-    """Run MiniLM once, returning per SDPA call (= layer) the float64 logits
-    ``q k^T * scale + mask`` ``(B, H, L, L)`` with masked keys ``-inf``."""
+def capture_smollm2_attention(max_tokens: int = SMOLLM2_TOKENS, *, text: str | None = None,
+                              window: int = 0) -> list[dict]:
+    """The inputs of every attention call of SmolLM2-135M (float32) on one window of the text.
+
+    Args:
+        max_tokens: window length in tokens.
+        text: the text (default :func:`lowprec.torch.models.eval_text`).
+        window: which window of :func:`token_windows`.
+
+    Returns:
+        One dict per call (= layer): ``"q"`` ``(1, H, L, d)`` and ``"k"``, ``"v"`` with their
+        heads repeated to q's (GQA), float32 numpy; ``"causal"``, ``"mask"`` (None or numpy),
+        ``"scale"`` (float).
+
+    Example::
+
+        >>> calls = capture_smollm2_attention(64)
+        >>> len(calls), calls[0]["q"].shape  # doctest: +SKIP
+        (30, (1, 9, 64, 64))
+    """
     import torch
+
+    from ..torch.models import load_model
+
+    model, tok = load_model("smollm2")
+    ids = token_windows(tok, text, max_tokens, window + 1)[window]
+    calls: list[dict] = []
+
+    def keep(a):
+        q, k, v = (a[n].detach().float() for n in ("query", "key", "value"))
+        g = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
+        m = a.get("attn_mask")
+        calls.append({"q": q.numpy(), "k": k.numpy(), "v": v.numpy(),
+                      "causal": bool(a.get("is_causal")),
+                      "mask": None if m is None else m.detach().numpy(), "scale": a["scale"]})
+
+    with torch.no_grad(), _sdpa_capture(keep):
+        model.model(input_ids=ids)
+    return calls
+
+
+def _sdpa_capture(on_call):
+    """A torch function mode that hands every ``F.scaled_dot_product_attention`` call's
+    arguments to ``on_call`` as a dict by parameter name (``"scale"`` filled in with
+    ``1 / sqrt(d)`` when not given); the call itself runs unchanged."""
     import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
 
     sdpa = F.scaled_dot_product_attention
-    captured = []
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
 
     class Capture(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func is sdpa:
-                names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
                 a = dict(zip(names, args, strict=False)) | kwargs
-                q, k = a["query"].double(), a["key"].double()
-                scale = a.get("scale") or 1.0 / math.sqrt(q.shape[-1])
-                s = (q @ k.transpose(-1, -2)) * scale
-                m = a.get("attn_mask")
-                if m is not None:
-                    if m.dtype == torch.bool:
-                        s = s.masked_fill(~m, float("-inf"))
-                    else:
-                        md = m.double()
-                        s = (s + md).masked_fill(md <= torch.finfo(m.dtype).min / 2,
-                                                 float("-inf"))
-                if a.get("is_causal"):
-                    raise ValueError("MiniLM is not causal: unexpected is_causal=True")
-                captured.append(s.numpy())
+                a["scale"] = a.get("scale") or 1.0 / math.sqrt(a["query"].shape[-1])
+                on_call(a)
             return func(*args, **kwargs)
 
-    with torch.no_grad(), Capture():
+    return Capture()
+
+
+def _capture_minilm_logits(model, batch) -> list:
+    """Run MiniLM once, returning per SDPA call (= layer) the float64 logits
+    ``q k^T * scale + mask`` ``(B, H, L, L)`` with masked keys ``-inf``."""
+    import torch
+
+    captured = []
+
+    def keep(a):
+        q, k = a["query"].double(), a["key"].double()
+        s = (q @ k.transpose(-1, -2)) * a["scale"]
+        m = a.get("attn_mask")
+        if m is not None:
+            if m.dtype == torch.bool:
+                s = s.masked_fill(~m, float("-inf"))
+            else:
+                md = m.double()
+                s = (s + md).masked_fill(md <= torch.finfo(m.dtype).min / 2, float("-inf"))
+        if a.get("is_causal"):
+            raise ValueError("MiniLM is not causal: unexpected is_causal=True")
+        captured.append(s.numpy())
+
+    with torch.no_grad(), _sdpa_capture(keep):
         model(**batch)
     return captured
 
@@ -968,6 +1021,6 @@ __all__ = ["minilm_cosine", "minilm_cosine_run", "minilm_cosine_result", "minilm
            "perplexity_run", "perplexity_result", "restart_rates_at", "restart_rates_result",
            "format_smollm2_perplexity", "smollm2_restart_rates", "format_smollm2_restart_rates",
            "format_restart_table", "token_windows", "bootstrap_ratio", "noise_verdict",
-           "resample_unit",
+           "resample_unit", "capture_smollm2_attention",
            "hccs_minilm_kl", "format_hccs_minilm_kl", "default_schemes", "sentences_of",
            "BAPS_CONFIGS", "QUICK_SCHEMES"]
