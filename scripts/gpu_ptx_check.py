@@ -97,6 +97,10 @@ def variants() -> list[tuple[str, dict]]:
     # the lookup kernel, and E2M1 codes of float32 in every mode -- the other four here
     for mode in (1, 2, 3, 4):
         out.append(("codec", dict(fmt="e2m1", mode=mode, kind=0, sat=False, want=False)))
+    # decode of 4- and 6-bit codes: table reads masked to the table's 16 or 64 entries
+    for nt in (16, 64):
+        out.append(("lookup", dict(nt=nt)))
+        out.append(("mx_decode", dict(nt=nt)))
     return out
 
 
@@ -160,7 +164,8 @@ def _build(name: str, d: dict) -> str:
         return _compile(minifloat._pow2_kernel, sig, C, minifloat._NUM_WARPS)
     if name == "lookup":
         sig = dict(codes_ptr="*u8", table_ptr="*fp32", out_ptr="*fp32", n=i32)
-        return _compile(minifloat._lookup_kernel, sig, dict(BLOCK=minifloat._GPU_BLOCK), 4)
+        return _compile(minifloat._lookup_kernel, sig,
+                        dict(BLOCK=minifloat._GPU_BLOCK, NT=d.get("nt", 0)), 4)
     if name == "mx":
         C = mx.block_constexprs(d["fmt"], d["kind"] == 1, d["mode"], d["want"], d["kk"])
         C["IN_KIND"] = d["kind"]
@@ -172,7 +177,7 @@ def _build(name: str, d: dict) -> str:
     if name == "mx_decode":
         sig = dict(codes_ptr="*u8", scales_ptr="*u8", vtab_ptr="*fp32", out_ptr="*fp32",
                    total=i32, n=i32, nb=i32, kk=i32)
-        return _compile(mx._decode_blocks, sig, dict(BLOCK=4096), 8)
+        return _compile(mx._decode_blocks, sig, dict(BLOCK=4096, NT=d.get("nt", 0)), 8)
     lay = dict(n=i32, k0_lo=i32, k0_hi=i32, L=i32, Q=i32, bm=i32, sm=i32, so=i32, bi=i32,
                si=i32, qmin=i32, qmax=i32)
     if name == "int":

@@ -184,17 +184,19 @@ def test_nvfp4_offset_chunks_and_device_decode(monkeypatch):
     parts = torch.cat([lp.quantize(xt[a:b], "nvfp4", offset=a * n, **sr)
                        for a, b in ((0, 4), (4, 5), (5, 9))])
     assert C.count_value_mismatches(parts.numpy(), whole.numpy()) == 0
-    # a QuantizedArray's tensor scale as a float or a 0-dim tensor; element codes above 15
-    # decode to NaN on the device path (the CPU raises for them)
+    # a QuantizedArray's tensor scale as a float or a 0-dim tensor; an element code above 15
+    # raises the same ValueError on both paths (tests/test_decode_invalid_codes.py: every format)
     q = lp.encode(xt, "nvfp4", tensor_scale="amax")
     want = lp.decode(q).numpy()
     for t in (q.tensor_scale, torch.tensor(q.tensor_scale)):
         got = lp.decode(lp.QuantizedArray(**{**vars(q), "tensor_scale": t}))
         assert C.count_value_mismatches(got.numpy(), want) == 0
     bad = q.codes.clone()
-    bad[0, 0] = 16
-    assert torch.isnan(lp.decode(lp.QuantizedArray(**{**vars(q), "codes": bad}))[0, 0])
-    with pytest.raises(IndexError):
+    bad[0, 1] = 16
+    msg = "nvfp4 code 16 at flat index 1 is out of range: nvfp4 codes are 4-bit, 0..15"
+    with pytest.raises(ValueError, match=msg):
+        lp.decode(lp.QuantizedArray(**{**vars(q), "codes": bad}))
+    with pytest.raises(ValueError, match=msg):
         lp.decode(lp.QuantizedArray(**{**vars(q), "codes": bad.numpy(),
                                        "scales": q.scales.numpy()}))
 

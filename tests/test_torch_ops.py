@@ -49,6 +49,14 @@ def _opcheck_cases():
         ("nvfp4_decode", (torch.randint(0, 16, (4, 40), dtype=torch.uint8),
                           torch.randint(0, 127, (4, 3), dtype=torch.uint8), torch.tensor(0.5),
                           1, 16)),
+        # sub-byte codes: the implementations check them (tests/test_decode_invalid_codes.py)
+        ("float_decode", (torch.randint(0, 64, (4, 40), dtype=torch.uint8), "e3m2")),
+        ("float_decode_out", (torch.randint(0, 16, (4, 40), dtype=torch.uint8),
+                              torch.empty(4, 40), "e2m1")),
+        ("mx_decode", (torch.randint(0, 16, (4, 40), dtype=torch.uint8),
+                       torch.randint(100, 140, (4, 2), dtype=torch.uint8), "mxfp4", 1, 32)),
+        ("int_decode", (torch.randint(-8, 8, (4, 40), dtype=torch.int8),
+                        torch.rand(4, 1) + 0.1, None, "int4", "per_token", None, None)),
     ]
 
 

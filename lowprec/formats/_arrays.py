@@ -160,14 +160,105 @@ def _lookup_parallel(codes, table, out):
         out[i] = table[codes[i]]
 
 
+_FULL_TABLES: dict = {}
+
+
+def full_table(table: np.ndarray, storage_bits: int = 8) -> np.ndarray:
+    """``table`` (float32) extended with NaN to all ``2**storage_bits`` values of the codes'
+    storage dtype, so that a Numba kernel indexing it with any uint8 (uint16) code stays in
+    bounds (Numba does not check bounds).  Tables of sub-byte formats (16 or 64 entries, or
+    ``2**bits`` of a 9-15 bit user format) are the ones extended; the callers check the codes
+    first (:func:`check_codes`), so the NaN entries are never read through the public API.
+    Built once per table (the tables are module or format constants)."""
+    n = 1 << storage_bits
+    if table.shape[0] >= n:
+        return table
+    key = (id(table), n)
+    hit = _FULL_TABLES.get(key)
+    if hit is None:
+        full = np.full(n, np.nan, np.float32)
+        full[: table.shape[0]] = table
+        full.setflags(write=False)
+        hit = _FULL_TABLES[key] = (full, table)  # keep table alive so that its id stays unique
+    return hit[0]
+
+
 def lookup(codes: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
-    """``out.flat[i] = table[codes.flat[i]]`` for uint8 (int8 read as uint8) codes and a
-    256-entry table, or uint16 codes and a 65536-entry table."""
+    """``out.flat[i] = table[codes.flat[i]]`` for uint8 (int8 read as uint8) or uint16 codes;
+    a table shorter than the codes' range (sub-byte formats) gives NaN beyond its end
+    (:func:`full_table`: memory-safe whatever the codes)."""
     c = np.ascontiguousarray(codes).reshape(-1)
     if c.dtype != np.uint16:
         c = c.view(np.uint8)
     o = out.reshape(-1)
-    (_lookup_parallel if c.shape[0] >= PARALLEL_MIN else _lookup_serial)(c, table, o)
+    t = full_table(table, 8 * c.dtype.itemsize)
+    (_lookup_parallel if c.shape[0] >= PARALLEL_MIN else _lookup_serial)(c, t, o)
+
+
+def code_range(f) -> tuple[int, int] | None:
+    """``(lo, hi)``: the smallest and largest code of the format ``f`` when its codes are
+    narrower than the integers that hold them -- 4- and 6-bit codes stored one per byte
+    (``0 .. 2**bits - 1``; int4: ``-8 .. 7`` as int8), 9-15 bit user formats in uint16 -- or
+    None when every value of the storage dtype is a code (8- and 16-bit formats)."""
+    bits = f.info.bits
+    if bits in (8, 16):
+        return None
+    if f.info.kind == "int" and f.info.qmin < 0:  # int4: two's complement, int8 storage
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def check_codes(codes, f) -> None:
+    """Raise ValueError if an element of ``codes`` (a numpy array or a torch tensor on any
+    device, already of the format's code dtype) is not a code of the format ``f``
+    (:func:`code_range`); nothing to check for 8- and 16-bit formats.
+
+    The same error on every device: the message names the first invalid code in flat C order
+    of ``codes`` and its index.  On a CUDA tensor this costs one reduction read back on the
+    host (one synchronisation; the index, on failure only, a second one).  While the current
+    CUDA stream is capturing a CUDA graph nothing can be read back: the check is skipped, and
+    the decode kernels give NaN for an invalid code (they mask their table reads and code
+    ranges: memory-safe whatever the codes).
+    """
+    rng = code_range(f)
+    if rng is None:
+        return
+    lo, hi = rng
+    if is_torch(codes):
+        torch = _torch()
+        if codes.numel() == 0:
+            return
+        if codes.is_cuda and torch.cuda.is_current_stream_capturing():
+            return
+        flat = codes.reshape(-1)
+        if flat.dtype == torch.uint16:  # (torch has no uint16 reductions): codes of <= 15 bits
+            flat = flat.view(torch.int16)  # are the non-negative int16 <= hi
+        if flat.dtype == torch.uint8:  # unsigned storage: the max alone
+            ok = int(flat.max()) <= hi
+        else:
+            mn, mx = torch.aminmax(flat)
+            cmin, cmax = torch.stack((mn, mx)).tolist()  # one read-back
+            ok = lo <= cmin and cmax <= hi
+        if ok:
+            return
+        i = int(((flat < lo) | (flat > hi)).to(torch.uint8).argmax())  # first invalid one
+        v = int(flat[i]) & (0xFFFF if codes.dtype == torch.uint16 else -1)
+    else:
+        flat = np.asarray(codes).reshape(-1)
+        if flat.size == 0 or (flat.min() >= lo and flat.max() <= hi):
+            return
+        i = int(np.argmax((flat < lo) | (flat > hi)))
+        v = int(flat[i])
+    hint = (" (codes packed two per byte need packed=True)" if f.info.bits == 4 else "")
+    raise ValueError(f"{f.name} code {v} at flat index {i} is out of range: {f.name} codes "
+                     f"are {f.info.bits}-bit, {lo}..{hi}{hint}")
+
+
+def check_packable(bits: int) -> None:
+    """ValueError unless codes of ``bits`` bits can be packed two per byte (4-bit formats)."""
+    if bits > 4:
+        raise ValueError(f"packed=True packs 4-bit codes two per byte; this format has {bits}-bit "
+                         "codes (stored one per byte)")
 
 
 def pack_codes(codes, bits: int):
@@ -179,9 +270,7 @@ def pack_codes(codes, bits: int):
     Raises:
         ValueError: codes wider than 4 bits, or an odd last axis.
     """
-    if bits > 4:
-        raise ValueError(f"packed=True packs 4-bit codes two per byte; this format has {bits}-bit "
-                         "codes (stored one per byte)")
+    check_packable(bits)
     if is_torch(codes):
         if codes.ndim == 0 or codes.shape[-1] % 2:
             raise ValueError(f"packed=True needs an even last axis, got shape {tuple(codes.shape)}")
@@ -200,6 +289,11 @@ def unpack_codes(packed, signed: bool = False):
     doubled (``signed``: int8 codes -8..7, the nibbles sign-extended, for int4)."""
     if is_torch(packed):
         torch = _torch()
+        if packed.dtype != torch.uint8:
+            raise TypeError("packed codes must have dtype uint8, got "
+                            f"{str(packed.dtype).removeprefix('torch.')}")
+        if packed.ndim == 0:
+            raise ValueError("packed codes need at least one axis")
         p = packed.contiguous()
         c = torch.stack([p & 0x0F, p >> 4], dim=-1).reshape(*p.shape[:-1], 2 * p.shape[-1])
         return ((c ^ 8).to(torch.int8) - 8) if signed else c

@@ -211,19 +211,35 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None,
         ValueError: unknown format; a scaled format given plain codes without scales;
             a QuantizedArray whose scales, zero points or metadata are invalid (on CUDA the
             scale values are not checked, which would synchronise: an invalid scale decodes
-            to NaN).
-        TypeError: codes that are not uint8.
+            to NaN); a code outside the range of a format whose codes are narrower than their
+            storage (e2m1, e2m3, e3m2, mxfp4, mxfp6_*, nvfp4: ``0 .. 2**bits - 1``; int4
+            ``-8 .. 7``, uint4 ``0 .. 15``), with the same message on every device, naming
+            the first such code and its flat index; ``packed=True`` for a format wider than
+            4 bits.
+        TypeError: codes that are not uint8 (int8 for int4/int8, uint16 above 8 bits).
+
+    Synchronisation: decoding CUDA codes of those sub-byte formats checks them with one
+    reduction read back to the host (one synchronisation per call); 8- and 16-bit formats,
+    ``encode`` and ``quantize`` never synchronise.  Under ``torch.compile`` the check runs
+    inside the custom operator, so the compiled call raises the same error; while a CUDA graph
+    is captured it is skipped and an invalid code decodes to NaN (docs/design.md, "Sub-byte
+    codes").
 
     Example:
         >>> lp.decode(np.array([0x38, 0x7F], np.uint8), "e4m3")
         array([ 1., nan], dtype=float32)
     """
+    if not isinstance(packed, (bool, np.bool_)):
+        raise TypeError(f"packed must be True or False, got {packed!r}")
     if isinstance(codes, QuantizedArray) and codes.packed:
+        A.check_packable(get_format(codes.format).info.bits)
         codes = replace(codes, codes=A.unpack_codes(codes.codes, codes.format == "int4"),
                         packed=False)
     elif packed:
         if isinstance(codes, QuantizedArray):
             raise ValueError("this QuantizedArray is not packed (its packed field is False)")
+        if fmt is not None:
+            A.check_packable(get_format(fmt).info.bits)
         codes = A.unpack_codes(codes)
     if A.is_torch(codes.codes if isinstance(codes, QuantizedArray) else codes):
         from . import _torch_route  # noqa: F401  (first: loads every family, see _torch_route)
@@ -251,6 +267,7 @@ def decode(codes: Any, fmt: str | Format | None = None, *, out: Any = None,
     if arr.dtype != code_dtype(f):
         raise TypeError(f"{f.name} codes must have dtype {np.dtype(code_dtype(f))}, got "
                         f"{arr.dtype}")
+    A.check_codes(arr, f)
     o = A.make_out(out, arr.shape, np.float32)
     work = A.scratch_if_overlap(o, arr)
     A.lookup(arr, f.values(), work)

@@ -706,7 +706,8 @@ def decode(q: QuantizedArray):
         TypeError: codes of the wrong dtype (int8 for int8, uint8 for uint8).
         ValueError: not an integer format; an unknown granularity; scales/zero points whose
             shape does not fit the codes and granularity; scales that are not finite and > 0;
-            zero points that are not integers in the format's range.
+            zero points that are not integers in the format's range; int4/uint4 codes outside
+            -8..7 / 0..15 (``_arrays.check_codes``).
 
     Example:
         >>> lp.decode(lp.encode(np.array([-1.0, 0.5, 2.0], np.float32), "int8"))
@@ -723,6 +724,7 @@ def decode(q: QuantizedArray):
     s = check_scale_values(s)
     if z is not None:
         z = check_zero_point_values(z, f)
+    A.check_codes(codes, f)
     if lay.granularity == "per_block":
         a, bs, L = lay.axis, lay.block_len, codes.shape[lay.axis]
         s = np.take(np.repeat(s, bs, axis=a), np.arange(L), axis=a)

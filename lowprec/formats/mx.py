@@ -309,19 +309,21 @@ def encode(x, f: Format, *, rounding=None, seed=None, sr_bits=SR_BITS_DEFAULT, s
 
 
 def decode(q: QuantizedArray):
-    """Decode an MXFP8 :class:`QuantizedArray` to float32 (``2**(scale-127) * element``; scale
-    0xFF gives NaN).  Raises ValueError if codes and scales do not match."""
+    """Decode an MX :class:`QuantizedArray` to float32 (``2**(scale-127) * element``; scale
+    0xFF gives NaN).  Raises ValueError if codes and scales do not match, or if an element code
+    of a 4- or 6-bit element format is out of range (``_arrays.check_codes``)."""
     codes, was_torch = A.codes_array(q.codes)
     scales, _ = A.codes_array(q.scales, "scales")
     ax, k, nb = check_quantized(q, codes.shape, codes.dtype, scales.shape, scales.dtype)
+    A.check_codes(codes, get_format(q.format))
     c2 = np.ascontiguousarray(np.moveaxis(codes, ax, -1))
     s2 = np.ascontiguousarray(np.moveaxis(scales, ax, -1))
     n = c2.shape[-1]
     rows = math.prod(c2.shape[:-1])
     out = np.empty(c2.shape, dtype=np.float32)
     if out.size:
-        _decode_blocks(c2.reshape(rows, n), s2.reshape(rows, nb), k, _ELEM[q.format][2],
-                       out.reshape(rows, n))
+        _decode_blocks(c2.reshape(rows, n), s2.reshape(rows, nb), k,
+                       A.full_table(_ELEM[q.format][2]), out.reshape(rows, n))
     return A.wrap(np.ascontiguousarray(np.moveaxis(out, -1, ax)), was_torch)
 
 

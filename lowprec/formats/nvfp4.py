@@ -229,7 +229,8 @@ def _e4m3(s: np.ndarray) -> np.ndarray:
 
 def decode(q: QuantizedArray):
     """Decode an NVFP4 :class:`QuantizedArray` to float32: ``element * (tensor_scale *
-    block_scale)`` in float32 (torchao's order); a NaN block scale gives NaN."""
+    block_scale)`` in float32 (torchao's order); a NaN block scale gives NaN.  Raises
+    ValueError for an element code above 15 (``_arrays.check_codes``)."""
     from .mx import check_quantized
 
     codes, was_torch = A.codes_array(q.codes)
@@ -237,6 +238,7 @@ def decode(q: QuantizedArray):
     ax, kk, _nb = check_quantized(q, codes.shape, codes.dtype, scales.shape, scales.dtype)
     if q.tensor_scale is None:
         raise ValueError("an NVFP4 QuantizedArray needs its tensor_scale")
+    A.check_codes(codes, get_format(q.format))
     ev = _E2M1.values()[np.moveaxis(codes, ax, -1)]
     sval = _E4M3.values()[np.moveaxis(scales, ax, -1)]
     out = block_values(ev, sval, np.float32(q.tensor_scale), kk, NumpyOps).astype(np.float32)

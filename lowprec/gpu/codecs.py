@@ -4,7 +4,11 @@ these; the interpreter tests call them with CPU tensors (``TRITON_INTERPRET=1``)
 
 Each function does what its CPU counterpart does around the Numba kernel (contiguous flat input,
 the blocked axis moved last, scale arrays of the granularity's shape), with torch operations that
-stay on the device: no host synchronisation.
+stay on the device: no host synchronisation, but for one exception.  The decode functions of
+sub-byte formats (e2m1, e2m3, e3m2, MXFP4, MXFP6, NVFP4, int4, uint4) check the codes as the
+CPU does (``_arrays.check_codes``: one reduction read back, ValueError with the CPU's message);
+their kernels also mask every table read and code range by themselves (an invalid code gives
+NaN), so memory stays safe when a check cannot run (CUDA graph capture).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import math
 
 import torch
 
+from ..formats import _arrays as A
 from ..formats import integer as _int
 from ..formats import mx as _mx
 from ..formats.hif8 import HIF8_SPEC
@@ -33,13 +38,15 @@ def float_codec(x: torch.Tensor, out: torch.Tensor, fmt: str, mode: int, saturat
 
 
 def float_decode(codes: torch.Tensor, out: torch.Tensor, fmt: str) -> None:
-    """``out = values[codes]`` (float formats) into the contiguous float32 ``out``."""
+    """``out = values[codes]`` (float formats) into the contiguous float32 ``out``;
+    ValueError for a code outside a sub-byte format's range (one synchronisation)."""
     from ..formats.core import get_format
     from .minifloat import lookup
 
+    f = get_format(fmt)
+    A.check_codes(codes, f)
     c = codes.contiguous().reshape(-1)
-    lookup(c if c.dtype == torch.uint16 else c.view(torch.uint8), get_format(fmt).values(),
-           out.view(-1))
+    lookup(c if c.dtype == torch.uint16 else c.view(torch.uint8), f.values(), out.view(-1))
 
 
 def _axis_last(x: torch.Tensor, ax: int) -> torch.Tensor:
@@ -98,8 +105,12 @@ def mx_codec(x: torch.Tensor, fmt: str, ax: int, block_size: int, smode: int, sa
 
 def mx_decode(codes: torch.Tensor, scales: torch.Tensor, fmt: str, ax: int,
               block_size: int) -> torch.Tensor:
-    """float32 values of MX codes and scales along ``ax`` (``mx.decode``)."""
+    """float32 values of MX codes and scales along ``ax`` (``mx.decode``); ValueError for an
+    element code outside a 4- or 6-bit element format's range (one synchronisation)."""
+    from ..formats.core import get_format
     from .mx import decode_blocks
+
+    A.check_codes(codes, get_format(fmt))
 
     def run(c2, s2, kk):
         out = torch.empty(c2.shape, dtype=torch.float32, device=codes.device)
@@ -123,8 +134,12 @@ def nvfp4_codec(x: torch.Tensor, ax: int, block_size: int, recipe: str, ts, mode
 def nvfp4_decode(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor, ax: int,
                  block_size: int) -> torch.Tensor:
     """float32 values of NVFP4 codes and E4M3 scales along ``ax`` with the 0-dim float32
-    ``tensor_scale`` on their device (``nvfp4.decode``)."""
+    ``tensor_scale`` on their device (``nvfp4.decode``); ValueError for an element code above
+    15 (one synchronisation)."""
+    from ..formats.core import get_format
     from .nvfp4 import decode_rows
+
+    A.check_codes(codes, get_format("nvfp4"))
 
     return _unblocked(codes, scales, ax, block_size,
                       lambda c2, s2, kk: decode_rows(c2, s2, tensor_scale, kk))
@@ -184,9 +199,8 @@ def int_codec(x: torch.Tensor, fmt: str, granularity: str, axis, block_size, sym
 def int_decode(codes: torch.Tensor, scales: torch.Tensor, zps, lay, fmt: str) -> torch.Tensor:
     """float32 ``(codes - z) * s`` with ``lay`` from ``integer.check_quantized``; ``scales`` /
     ``zps`` broadcastable to its scale shape (or, for a granularity-less QuantizedArray, to the
-    codes)."""
-    from ..formats.integer import INT8_MAX, INT8_MIN, UINT8_MAX, UINT8_MIN
-
+    codes).  ValueError for int4/uint4 codes outside -8..7 / 0..15 (one synchronisation)."""
+    A.check_codes(codes, _int.get_format(fmt))
     shape = tuple(codes.shape)
     if lay.granularity is None:  # scales broadcast to the codes: one scale per element
         lay = _int._Layout(shape, "per_tensor", None, None)
@@ -194,7 +208,7 @@ def int_decode(codes: torch.Tensor, scales: torch.Tensor, zps, lay, fmt: str) ->
         lay.scale_shape = shape
     s = scales.to(torch.float32).expand(lay.scale_shape).contiguous().reshape(-1)
     z = None if zps is None else zps.to(torch.int32).expand(lay.scale_shape).contiguous()
-    qmin, qmax = (INT8_MIN, INT8_MAX) if fmt in ("int8", "int4") else (UINT8_MIN, UINT8_MAX)
+    qmin, _nlo, qmax, _dt = _int.RANGES[fmt]  # the codes' range, and the zero points' (CPU)
     out = torch.empty(shape, dtype=torch.float32, device=codes.device)
     _gpu_int().run_decode(codes.contiguous().reshape(-1), s, None if z is None else
                           z.reshape(-1), lay, out.view(-1), qmin, qmax)

@@ -19,10 +19,13 @@ one correctly rounded product of exact operands, the CPU's float64 product narro
 
 Scales from data use torch reductions on the device (min and max are exact in any order) and
 the CPU's float64 formulas (``/`` and the float64 -> float32 rounding are IEEE in torch's CUDA
-kernels), so nothing is copied to the host.  Values the host cannot check without synchronising
-(a CUDA tensor of explicit scales or zero points, a QuantizedArray's device scales, NaN met by
-``encode``) are not raised on: an invalid scale or zero point makes its group's values NaN
-(``quantize``, ``decode``) and codes 0 (``encode``), and NaN inputs encode to code 0.
+kernels), so nothing is copied to the host.  ``decode`` of int4/uint4 checks the codes' range as
+the CPU does (``_arrays.check_codes``, one reduction read back; int8/uint8 codes are all valid);
+:func:`_decode_kernel` also gives NaN for a code outside the range, should one reach it.
+Values the host cannot check without synchronising (a CUDA tensor of explicit scales or zero
+points, a QuantizedArray's device scales, NaN met by ``encode``) are not raised on: an invalid
+scale or zero point makes its group's values NaN (``quantize``, ``decode``) and codes 0
+(``encode``), and NaN inputs encode to code 0.
 """
 
 from __future__ import annotations
@@ -129,24 +132,26 @@ def _decode_kernel(codes_ptr, scale_ptr, zp_ptr, out_ptr, n, k0_lo, k0_hi, L, Q,
                    bi, si, qmin, qmax, one_group, small, has_zp, SIGNED: tl.constexpr,
                    BLOCK: tl.constexpr):
     """``float32(code - z) * s`` (``integer.decode``); NaN where the scale is not finite and
-    positive or the zero point lies outside ``[qmin, qmax]``."""
+    positive, or the code or the zero point lies outside the format's ``[qmin, qmax]`` (the
+    host checks codes first, ``_arrays.check_codes``; this keeps an unchecked one harmless)."""
     pid = tl.program_id(0)
     t = pid * BLOCK + tl.arange(0, BLOCK)
     mask = t < n
     c = tl.load(codes_ptr + t, mask=mask, other=0)
     if SIGNED:
-        cv = c.to(tl.int8, bitcast=True).to(tl.float32)
+        ci = c.to(tl.int8, bitcast=True).to(tl.int32)
     else:
-        cv = c.to(tl.uint8, bitcast=True).to(tl.float32)
+        ci = c.to(tl.uint8, bitcast=True).to(tl.int32)
+    cbad = (ci < qmin) | (ci > qmax)  # an int4/uint4 code the host did not check
     k0 = (k0_hi.to(tl.int64) << 32) | k0_lo.to(tl.uint32).to(tl.int64)
     k = k0 + t.to(tl.int64)
     j = _scale_index(k, one_group, small, L, Q, bm, sm, so, bi, si)
     s = tl.load(scale_ptr + j, mask=mask, other=1.0)
     zi = tl.load(zp_ptr + j, mask=mask & (has_zp != 0), other=0)
-    cv = cv - zi.to(tl.float32)  # exact: small integers
+    cv = ci.to(tl.float32) - zi.to(tl.float32)  # exact: small integers
     zbad = (zi < qmin) | (zi > qmax)
     v = cv * s  # one float32 rounding
-    bad = (~(s > 0.0)) | (s == float("inf")) | zbad
+    bad = (~(s > 0.0)) | (s == float("inf")) | zbad | cbad
     tl.store(out_ptr + t, tl.where(bad, float("nan"), v), mask=mask)
 
 
@@ -253,7 +258,8 @@ def run_rows(flat, scales, zps, lay, out, mode: int, seed: int, sr_bits: int, of
 
 
 def run_decode(codes, scales, zps, lay, out, qmin: int, qmax: int) -> None:
-    """``out`` (float32, flat) from flat int8/uint8 codes with the layout's scales."""
+    """``out`` (float32, flat) from flat int8/uint8 codes with the layout's scales; ``qmin``,
+    ``qmax``: the format's code range (``integer.RANGES``), which bounds the zero points too."""
     import torch
 
     from ._launch import LAUNCH_OPTS, block, chunks, device_guard, halves

@@ -13,7 +13,8 @@ Triton                 Numba (``formats/minifloat.py``)
 :func:`one_fast32`     ``make_fast32_kernel.one``: float32, deterministic modes, 32-bit lanes
 :func:`one_rne`        ``make_fast32_kernel.one_rne``: uniform formats, ties-to-even codes
 :func:`one_rna`        ``make_fast32_kernel.one_rna``: HiF8 ties-away codes
-:func:`_lookup_kernel` ``_arrays.lookup``: decode through the 256-entry value table
+:func:`_lookup_kernel` ``_arrays.lookup``: decode through the value table (reads masked
+                       to the table: :func:`table_value`)
 =====================  ========================================================================
 
 ``run_kernel`` picks the path exactly as ``minifloat.run_kernel`` does (float32 input with a
@@ -444,19 +445,39 @@ def run_pow2(spec, x, out, mode: int, saturate: bool, seed: int = 0, sr_bits: in
                 **LAUNCH_OPTS)
 
 
+@triton.jit
+def table_value(table_ptr, c, NT: tl.constexpr):
+    """``table[c]`` for int32 codes ``c >= 0``; ``NT`` > 0: the table has only ``NT`` entries
+    (a sub-byte format's 16 or 64 values), a code beyond reads nothing and gives NaN (the
+    CPU's ``_arrays.full_table``), so no code read from memory can index past the table."""
+    if NT > 0:
+        v = tl.load(table_ptr + c, mask=c < NT, other=float("nan"))
+    else:
+        v = tl.load(table_ptr + c)
+    return v
+
+
+def table_len(values, codes) -> int:
+    """The ``NT`` constexpr of :func:`table_value` for a value table and the codes' tensor:
+    the table's length if it is shorter than the codes' range, else 0 (nothing to mask)."""
+    nt = int(values.shape[0])
+    return nt if nt < 1 << (8 * codes.element_size()) else 0
+
+
 @triton.jit(do_not_specialize=["n"])
-def _lookup_kernel(codes_ptr, table_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    """``out[i] = table[codes[i]]`` (``_arrays.lookup``): decode through the 256 values."""
+def _lookup_kernel(codes_ptr, table_ptr, out_ptr, n, BLOCK: tl.constexpr, NT: tl.constexpr = 0):
+    """``out[i] = table[codes[i]]`` (``_arrays.lookup``): decode through the value table
+    (``NT``: :func:`table_value`)."""
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     full = pid * BLOCK + BLOCK <= n
     if full:
         c = tl.load(codes_ptr + offs).to(tl.int32)
-        tl.store(out_ptr + offs, tl.load(table_ptr + c))
+        tl.store(out_ptr + offs, table_value(table_ptr, c, NT))
     else:
         mask = offs < n
         c = tl.load(codes_ptr + offs, mask=mask, other=0).to(tl.int32)
-        tl.store(out_ptr + offs, tl.load(table_ptr + c), mask=mask)
+        tl.store(out_ptr + offs, table_value(table_ptr, c, NT), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -545,8 +566,10 @@ def run_kernel(spec, x, out, mode: int, saturate: bool, seed: int = 0, sr_bits: 
 
 
 def lookup(codes, values, out) -> None:
-    """``out[i] = values[codes[i]]`` on the codes' device (1-D contiguous uint8 ``codes``,
-    float32 ``out``; ``values`` = the format's 256 float32 values)."""
+    """``out[i] = values[codes[i]]`` on the codes' device (1-D contiguous uint8 or uint16
+    ``codes``, float32 ``out``; ``values`` = the format's float32 values, one per code).  A
+    code past the end of a sub-byte format's table gives NaN (read nothing); callers check
+    user-supplied codes first (``_arrays.check_codes``)."""
     import torch
 
     from ._launch import block, chunks, device_guard, table
@@ -559,4 +582,5 @@ def lookup(codes, values, out) -> None:
     with device_guard(codes):
         for s0, s1 in chunks(n):
             _lookup_kernel[(triton.cdiv(s1 - s0, B),)](codes[s0:s1], tab, out[s0:s1], s1 - s0,
-                                                      BLOCK=B, num_warps=4)
+                                                      BLOCK=B, NT=table_len(values, codes),
+                                                      num_warps=4)

@@ -7,6 +7,7 @@ Triton                     Numba (``formats/mx.py``)
 :func:`_shared_exp`        ``_shared_exp``: the four scale modes, the same closed forms
 :func:`_block_kernel`      ``_make_block_kernel.kernel``: amax, scale, elements of each block
 :func:`_decode_blocks`     ``_decode_blocks``: ``2**(scale - 127) * element``, 0xFF -> NaN
+                           (element table reads masked: ``minifloat.table_value``)
 =========================  ==================================================================
 
 Layout as on the CPU: the blocked axis is moved last, the array seen as ``(rows, n)``, blocks of
@@ -44,7 +45,7 @@ from ..formats.mx import (
     max_frac52,
 )
 from ._bits import IN_F64, float_bits32
-from .minifloat import kernel_path, one, one_fast32, one_rne
+from .minifloat import kernel_path, one, one_fast32, one_rne, table_len, table_value
 
 _E8M0_BIAS = tl.constexpr(E8M0_BIAS)
 _E8M0_NAN = tl.constexpr(E8M0_NAN)
@@ -269,9 +270,10 @@ def _block_kernel(x_ptr, codes_ptr, scales_ptr, out_ptr, mtab_ptr, btab_ptr, vta
 
 @triton.jit(do_not_specialize=["total", "n", "nb", "kk"])
 def _decode_blocks(codes_ptr, scales_ptr, vtab_ptr, out_ptr, total, n, nb, kk,
-                   BLOCK: tl.constexpr):
+                   BLOCK: tl.constexpr, NT: tl.constexpr = 0):
     """``out = 2**(scale - 127) * element`` (float32, exact or +-Inf), NaN where the scale
-    code is 0xFF (``mx._decode_blocks``)."""
+    code is 0xFF (``mx._decode_blocks``); ``NT``: the element table's length for 4- and 6-bit
+    elements, a code beyond it gives NaN (``minifloat.table_value``)."""
     pid = tl.program_id(0)
     i = pid * BLOCK + tl.arange(0, BLOCK)
     mask = i < total
@@ -279,7 +281,7 @@ def _decode_blocks(codes_ptr, scales_ptr, vtab_ptr, out_ptr, total, n, nb, kk,
     col = i - row * n
     s = tl.load(scales_ptr + row * nb + col // kk, mask=mask, other=0).to(tl.int32)
     c = tl.load(codes_ptr + i, mask=mask, other=0).to(tl.int32)
-    v = tl.load(vtab_ptr + c, mask=mask) * _pow2_f32(s - _E8M0_BIAS)
+    v = table_value(vtab_ptr, c, NT) * _pow2_f32(s - _E8M0_BIAS)
     tl.store(out_ptr + i, tl.where(s == _E8M0_NAN, float("nan"), v), mask=mask)
 
 
@@ -372,7 +374,9 @@ def decode_blocks(codes2, scales2, fmt_name: str, kk: int, out) -> None:
     total = rows * n
     if total == 0:
         return
-    vtab = table(_ELEM[fmt_name][2], codes2.device, torch.float32)
+    vals = _ELEM[fmt_name][2]
+    vtab = table(vals, codes2.device, torch.float32)
+    nt = table_len(vals, codes2)
     nb = scales2.shape[1]
     B = block(4096)
     rstep = max(1, (1 << 30) // max(n, 1))
@@ -381,5 +385,5 @@ def decode_blocks(codes2, scales2, fmt_name: str, kk: int, out) -> None:
             r1 = min(rows, r0 + rstep)
             t = (r1 - r0) * n
             _decode_blocks[(triton.cdiv(t, B),)](codes2[r0:r1], scales2[r0:r1], vtab,
-                                                 out[r0:r1], t, n, nb, kk, BLOCK=B,
+                                                 out[r0:r1], t, n, nb, kk, BLOCK=B, NT=nt,
                                                  num_warps=8)

@@ -26,9 +26,11 @@ division takes its divisor as a tensor on the device (:meth:`TorchOps.div` refus
 number): torch's CUDA division by a CPU scalar multiplies by the scalar's reciprocal
 (``BinaryDivTrueKernel.cu``), which can differ from the quotient in the last bit.
 
-Nothing reads a device value on the host: the two-level tensor scale stays a 0-dim device
-tensor.  Element codes above 15 decode to NaN on the device (its value table is padded to 256
-entries); the CPU raises for them.
+Nothing in encode and quantize reads a device value on the host: the two-level tensor scale
+stays a 0-dim device tensor.  Decode of user-supplied codes checks them as the CPU does
+(``codecs.nvfp4_decode`` -> ``_arrays.check_codes``: ValueError for an element code above 15,
+one reduction read back); the lookup kernel reads only the 16 E2M1 values whatever the codes
+(a code above 15 that reached it would give NaN).
 """
 
 from __future__ import annotations
@@ -42,8 +44,6 @@ from .minifloat import lookup, run_kernel
 
 _E2M1 = get_format("e2m1")
 _E4M3 = get_format("e4m3")
-# the E2M1 values padded to the 256 entries of the lookup kernel (codes above 15 -> NaN)
-E2M1_VALUES_256 = np.concatenate([_E2M1.values(), np.full(240, np.nan, np.float32)])
 _RNE = int(Rounding.NEAREST_EVEN)
 
 
@@ -80,7 +80,8 @@ class TorchOps:
 
 
 def _values(codes: torch.Tensor, table: np.ndarray) -> torch.Tensor:
-    """float32 ``table[codes]`` (256-entry table) on the codes' device, same shape."""
+    """float32 ``table[codes]`` on the codes' device, same shape (a code past the table's end:
+    NaN, ``minifloat.lookup``)."""
     out = torch.empty(codes.shape, dtype=torch.float32, device=codes.device)
     lookup(codes.contiguous().reshape(-1), table, out.view(-1))
     return out
@@ -117,7 +118,8 @@ def encode_rows(x2: torch.Tensor, kk: int, recipe: str, ts, mode: int, seed: int
 def decode_rows(codes2: torch.Tensor, scales2: torch.Tensor, t: torch.Tensor,
                 kk: int) -> torch.Tensor:
     """float32 values of contiguous codes ``(rows, n)`` and E4M3 scale codes ``(rows, nb)``
-    with the 0-dim float32 tensor scale ``t`` on their device (``nvfp4.decode``)."""
-    ev = _values(codes2, E2M1_VALUES_256)
+    with the 0-dim float32 tensor scale ``t`` on their device (``nvfp4.decode``; the codes are
+    checked by the caller where they come from the user)."""
+    ev = _values(codes2, _E2M1.values())
     sval = _values(scales2, _E4M3.values())
     return _nv.block_values(ev, sval, t, kk, TorchOps(codes2.device)).contiguous()

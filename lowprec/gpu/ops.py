@@ -10,6 +10,13 @@ operator:
   the tensor's own device, without host synchronisation;
 * a fake (meta) implementation giving shapes and dtypes, for tracing.
 
+The decode ops of formats whose codes are narrower than their storage (e2m1, e2m3, e3m2, MXFP4,
+MXFP6, NVFP4, int4, uint4, user formats of fewer than 8 or 9-15 bits) check the codes in their
+implementation, on both devices (``_arrays.check_codes``: ValueError, the same message; on CUDA
+one reduction read back).  Inside a compiled graph the implementation runs as in eager mode, so
+the compiled call raises the same error; the fake implementation checks nothing.  While a CUDA
+graph is being captured the check is skipped and an invalid code decodes to NaN.
+
 Ops (``torch.ops.lowprec.*``): ``float_codec`` (codes or values of hif8/e4m3/e5m2),
 ``float_decode``, ``mx_encode`` (codes, scales), ``mx_quantize``, ``mx_decode``, ``int_encode``
 (codes, scales, zero points; an empty zero-point tensor when symmetric), ``int_quantize``,
@@ -157,7 +164,8 @@ def _(codes, fmt):
 
 
 def _float_decode_out(codes: Tensor, out: Tensor, fmt: str) -> None:
-    """:func:`float_decode` into ``out`` (contiguous float32, not overlapping ``codes``)."""
+    """:func:`float_decode` into ``out`` (contiguous float32, not overlapping ``codes``);
+    ValueError for a code outside a sub-byte format's range (``_arrays.check_codes``)."""
     if _device_path(codes):
         from . import codecs
 
@@ -165,7 +173,10 @@ def _float_decode_out(codes: Tensor, out: Tensor, fmt: str) -> None:
         return
     from ..formats.core import get_format
 
-    A.lookup(_np(codes.contiguous()), get_format(fmt).values(), _np(out))
+    f = get_format(fmt)
+    c = _np(codes.contiguous())
+    A.check_codes(c, f)
+    A.lookup(c, f.values(), _np(out))
 
 
 float_decode_out = _op("float_decode_out", _float_decode_out, ("out",))
