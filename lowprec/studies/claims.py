@@ -280,6 +280,35 @@ def synthetic_plan(quick: bool = False, seeds=QFLASH_SEEDS):
 
     seeds = tuple(seeds)[:2] if quick else tuple(seeds)
     batch = 1 if quick else 8
+    lengths = (512, 2048) if quick else (512, 8192)
+    studies = {
+        "intflash": lambda: _if.mre_vs_fp8((1024,), ("normal", "uniform"),
+                                           n_query=32 if quick else 128),
+        "table9": lambda: _ia.table9(("structured",), heads=2 if quick else 8,
+                                     L=128 if quick else 256),
+        "hccs": lambda: _hccs.kl_study(calib_samples=4 if quick else 16,
+                                       eval_samples=4 if quick else 16),
+        "fig2": lambda: _baps.error_accumulation(lengths, heads=1 if quick else 2),
+        "exp2": lambda: _exp2.exp2_comparison(lengths[-1:], _exp2.SPREADS,
+                                              heads=1 if quick else 4),
+        "fig5": lambda: _qf.figure5((1, 2, 4, 8) if quick else _qf.FIG5_TILES,
+                                    heads=1 if quick else 6, n_query=16 if quick else 64),
+        "fig1": lambda: _exp2.figure1(_exp2.FIG1_SPREADS, rows=8 if quick else 64),
+    }
+    units = [Unit(("claims", "qflash", s), lambda s=s: _qf.table4(
+        batch=batch, seed=s, columns=tuple(_qf.PAPER_TABLE4))) for s in seeds]
+    units += [Unit(("claims", name), fn) for name, fn in studies.items()]
+
+    def assemble(res: dict) -> dict:
+        qf: dict = {}
+        for s in seeds:
+            for w, row in res[("claims", "qflash", s)]["rows"].items():
+                for col, m in row.items():
+                    qf.setdefault(col, {}).setdefault(w, []).append(m["sqnr"])
+        return {"qflash": qf, "qflash_seeds": list(seeds), "qflash_batch": batch,
+                **{name: res[("claims", name)] for name in studies}, "quick": quick}
+
+    return Plan(units, assemble)
 
 
 def _perplexity(sm: dict):
