@@ -174,6 +174,8 @@ def main(argv=None) -> int:
     ap.add_argument("--interpret", action="store_true",
                     help="run the device code on CPU tensors in Triton's interpreter (sets "
                          "TRITON_INTERPRET=1; no GPU needed; use a tiny --n)")
+    ap.add_argument("--parts", default="elements,MX,NVFP4,user format",
+                    help="comma-separated parts to run (default: all)")
     a = ap.parse_args(argv)
     if a.interpret:
         os.environ["TRITON_INTERPRET"] = "1"  # before lowprec.gpu's kernels are decorated
@@ -195,6 +197,8 @@ def main(argv=None) -> int:
                         ("MX", lambda: check_mx(x, dev)),
                         ("NVFP4", lambda: check_nvfp4(x[: a.n], dev, a.n)),
                         ("user format", lambda: check_user(x, dev))):
+        if name not in a.parts.split(","):
+            continue
         t1 = time.perf_counter()
         total += check()
         print(f"-- {name}: {time.perf_counter() - t1:.0f} s", flush=True)
