@@ -129,6 +129,33 @@ def test_mx_new_elements_on_the_device_path(fmt, monkeypatch):
                                         lp.quantize(x, fmt, **kw)) == 0
 
 
+@pytest.mark.parametrize("fmt", ["mxint8", "mxfp4", "mxfp6_e2m3"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mx_subnormal_block_maxima(fmt, dtype, monkeypatch):
+    """Blocks whose largest magnitude is a float32 subnormal: the shared exponent from the
+    exact floor(log2 amax) (MXINT8's element emax 0 puts the scale above the -127 clamp
+    there; the kernel once took every subnormal amax as 2**-126: 1550 differing outputs)."""
+    monkeypatch.setattr(ops, "TRITON_ON_CPU", True)
+    rng = np.random.default_rng(7)
+    rows = [(rng.random(32) * 2.0**e).astype(np.float32) for e in range(-149, -120)]
+    rows += [np.full(32, 2.0**-149, np.float32), np.r_[np.float32(1.5 * 2.0**-127),
+                                                       np.zeros(31, np.float32)]]
+    x = np.stack(rows)
+    x[::3] *= -1
+    x = x.astype(dtype)
+    xt = torch.from_numpy(x.copy())
+    for kw in (dict(), dict(scale_mode="rceil"), dict(scale_mode="ceil"),
+               dict(rounding="stochastic", seed=1)):
+        q, qt = lp.encode(x, fmt, **kw), lp.encode(xt, fmt, **kw)
+        assert np.array_equal(q.codes, qt.codes.numpy()), kw
+        assert np.array_equal(q.scales, qt.scales.numpy()), kw
+        assert C.count_value_mismatches(lp.quantize(xt, fmt, **kw).numpy(),
+                                        lp.quantize(x, fmt, **kw)) == 0, kw
+    if fmt == "mxint8" and dtype == np.float32:  # the case that needs the exact exponent
+        assert int(np.asarray(lp.encode(x, fmt).scales).min()) == 0
+        assert int(np.asarray(lp.encode(x, fmt).scales).max()) > 1
+
+
 # --------------------------------------------------------------------------------------------
 # NVFP4 through the device path (lp.encode / quantize / decode of CPU tensors with
 # TRITON_ON_CPU: gpu/nvfp4.py, the Triton E4M3 and E2M1 codecs) against the NumPy/Numba path

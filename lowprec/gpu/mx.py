@@ -56,12 +56,24 @@ _EXP_MAX = tl.constexpr(SCALE_EXP_MAX)
 @triton.jit
 def _floor_log2(abits, FB: tl.constexpr, BIAS: tl.constexpr):
     """``(floor(log2 a), f)`` of a finite positive float from its bits (uint32 float32 or
-    uint64 float64): ``a = (1 + f / 2**FB) * 2**fl``.  Subnormal ``a``: ``fl = 1 - BIAS``
-    (every scale clamps to -127 there, module docstring)."""
+    uint64 float64): ``a = (1 + f / 2**FB) * 2**fl``, subnormal ``a`` included (normalised:
+    ``p`` the fraction's leading bit, ``fl = p + 1 - BIAS - FB``, ``f`` the bits below it
+    moved up to ``FB`` bits), as ``mx._floor_log2`` computes from float64 (a float32
+    subnormal amax can give a scale above the clamp, e.g. MXINT8's ``emax_elem = 0``).  The
+    leading bit comes from the exact conversion of the fraction to a float (below 2**24 /
+    2**53)."""
     fl = (abits >> FB).to(tl.int32) - BIAS
-    fl = tl.maximum(fl, 1 - BIAS)
     f = abits & ((1 << FB) - 1)
-    return fl, f
+    if FB == 23:
+        p = (f.to(tl.float32).to(tl.uint32, bitcast=True) >> 23).to(tl.int32) - 127
+    else:
+        p = (f.to(tl.float64).to(tl.uint64, bitcast=True) >> 52).to(tl.int32) - 1023
+    p = tl.minimum(tl.maximum(p, 0), FB - 1)  # (f == 0: amax 0, replaced by the caller)
+    pu = p.to(f.dtype)
+    lead = (f >> pu) << pu  # 2**p (the bits above p are zero)
+    fs = (f - lead) << (FB - p).to(f.dtype)
+    sub = fl == -BIAS
+    return tl.where(sub, p + 1 - BIAS - FB, fl), tl.where(sub, fs, f)
 
 
 @triton.jit
