@@ -111,12 +111,12 @@ def main(argv=None) -> int:
             if m is None:
                 continue
 
-            def plain(m=m):
+            def plain(m=m, ids=ids):
                 with torch.no_grad():
                     m(ids, logits_to_keep=1)
             fns[tag + "plain"] = plain
             for s in schemes:
-                def emulated(m=m, s=s):
+                def emulated(m=m, s=s, ids=ids):
                     with torch.no_grad(), lp.emulate(s, model=model):
                         m(ids, logits_to_keep=1)
                 fns[f"{tag}emulate {s}"] = emulated

@@ -19,9 +19,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 accelerate = pytest.importorskip("accelerate")
 
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-
 from conftest import HAS_CUDA  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import lowprec as lp  # noqa: E402
 from lowprec.kernels import device as kdev  # noqa: E402

@@ -1,7 +1,8 @@
 """The fused Triton kernels of the row-wise schemes equal the CPU path bit for bit, statistics
 included.  IntAttention (``lowprec.gpu.index_attention``, the device path of
-``intattention`` without a mask or deploy mode): both index roundings, both P formats, causal with Lq < Lk and Lq > Lk (rows that see
-no key), partial row and key tiles, head dims that are not powers of two, GQA read by index,
+``intattention`` without a mask or deploy mode): both index roundings, both P formats,
+causal with Lq < Lk and Lq > Lk (rows that see no key), partial row and key tiles, head dims
+that are not powers of two, GQA read by index,
 per-block and per-channel scales, the int64 accumulator.  QFlash
 (``lowprec.gpu.qflash_kernel``, ``qflash`` without a mask): tile sizes that are not powers of
 two, a partial last tile, division, Scale Accumulation (int32 wraps), per-tensor scales,

@@ -1,6 +1,7 @@
-"""Symmetric int8 codes on the device in one pass: ``clamp(RNE(fl64(x) / fl64(s)), -127, 127)``
-(``-128`` as the lower clamp for QFlash; the CPU's ``_int8`` rule, :func:`lowprec.kernels.device_rows.codes` in torch operations),
-read from float32 rows and written as int8, for the row-wise schemes' q, k and v.
+"""Symmetric int8 codes on the device in one pass: ``clamp(RNE(fl64(x) / fl64(s)), -127,
+127)`` (``-128`` as the lower clamp for QFlash; the CPU's ``_int8`` rule,
+:func:`lowprec.kernels.device_rows.codes` in torch operations), read from float32 rows and
+written as int8, for the row-wise schemes' q, k and v.
 
 The division is IEEE float64 (``div.rn.f64``), the rounding to an integer is done on the
 quotient's integer and fractional parts (exact: ``|x / s|`` is clamped to 128 first, where

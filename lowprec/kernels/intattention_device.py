@@ -69,15 +69,14 @@ from .intattention import (
     _check_c,
     _check_depth,
     _check_granularity,
-    _head_stats,
     _deploy_mult,
+    _head_stats,
     _index_mode,
     clip_threshold,
     index_lut,
     intattention_options,
 )
 from .problem import SCALE_SCOPES
-
 
 _LUTS: dict = {}
 
