@@ -2,7 +2,7 @@
 
     python scripts/make_notebooks.py            # (re)write notebooks/*.ipynb, without outputs
     python scripts/make_notebooks.py --check    # exit 1 if a notebook's cells differ from here
-    python scripts/run_notebooks.py             # then execute 02-04 at full size, keep outputs
+    python scripts/run_notebooks.py             # then execute them at full size, keep outputs
 
 ``--check`` compares the cells' kinds and sources only, so the executed notebooks stored by
 ``scripts/run_notebooks.py`` (outputs and plots included, readable on the repository page)
@@ -52,7 +52,8 @@ the scale granularities of INT8 and UINT8. The experiments are in `lowprec.studi
 Each format's positive finite values, and the *effective mantissa bits* of each binade
 `[2^e, 2^(e+1))`: `log2` of the number of codes in it. E4M3 and E5M2 have a constant 3 and 2
 bits over their ranges; HiF8 spends its codes unevenly: 3 bits near 1, tapering to 0 bits in
-its denormal-like extreme binades, which buys it 38 binades of range."""),
+its denormal-like extreme binades, which buys it a much wider range
+(counted in the conclusion)."""),
     ("code", """\
 fmts = ("hif8", "e4m3", "e5m2")
 exps = np.arange(-24, 17)
@@ -95,7 +96,8 @@ average); the nearest modes and stochastic rounding are unbiased, and stochastic
 the only one that is unbiased *per value* (its expectation is the input), at a larger mean
 error than rounding to nearest."""),
     ("code", """\
-print(F.format_rounding_bias(F.rounding_bias(n=4096 if QUICK else 1 << 16)))
+rb = F.rounding_bias(n=4096 if QUICK else 1 << 16)
+print(F.format_rounding_bias(rb))
 """),
     ("md", """\
 ## MXFP8: what the block scale buys
@@ -103,7 +105,8 @@ print(F.format_rounding_bias(F.rounding_bias(n=4096 if QUICK else 1 << 16)))
 One block in eight holds an outlier of growing magnitude. MXFP8 gives every block of 32 its
 own power-of-two scale, so only the outlier's block suffers; per-tensor scaled FP8 shares one
 scale, and the outliers coarsen every block. The OCP `floor` scale lets a block's largest
-element saturate, which costs about 1 dB against `rceil`/`ceil` even without outliers."""),
+element saturate, which costs precision against `rceil`/`ceil` even without outliers (the
+conclusion says how much)."""),
     ("code", """\
 mx = F.mx_outlier_study(blocks=64 if QUICK else 512)
 print(F.format_mx_outlier_study(mx))
@@ -178,32 +181,118 @@ b.grid(alpha=0.3); b.legend()
     ("md", """\
 ## Conclusion
 
-* **HiF8 trades precision for range where it matters least.** It keeps E4M3's 3 mantissa bits
-  for values from 1/8 to 16 and tapers to 2, 1 and 0 bits further out; in exchange
-  it covers 2^-22 .. 2^15 (38 binades, E4M3: 18 with subnormals). Over the binades each format
-  covers, HiF8's mean relative error is larger than E4M3's (the tapered binades are coarse),
-  but E4M3 simply has no code for most of HiF8's range. E5M2 has the range but only 2 bits
-  everywhere.
-* **Rounding modes:** nearest-even and nearest-away only differ on exact ties; the directed
-  modes shift the mean by about half an ulp (about 4 % for 3 mantissa bits); stochastic
-  rounding removes the bias at about 1.3 times the mean error of rounding to nearest.
-* **MXFP8:** the per-block scale confines an outlier's damage to its own block of 32; with
-  per-tensor scaling a 2^16 outlier costs every block about 15 dB, and at 2^20 the ordinary
-  E4M3 values all flush to zero. E5M2 elements (32 binades) absorb the same outliers without
-  loss but are about 6 dB worse to start with. On heavy-tailed (Student t) data the block
-  size hardly matters with the `rceil` scale (E4M3's 17 binades hold each block), while the
-  OCP `floor` scale *loses* up to 3 dB with small blocks: it saturates every block's largest
-  element, and small blocks have many block maxima.
-* **INT8:** granularity dominates: per-channel scales gain about 16 dB over per-tensor on
-  these channel-skewed activations, blocks of 32 about 13 dB, per-token about 7 dB.
-  Asymmetric scales gain about 6 dB on one-sided (ReLU) data; UINT8 must be asymmetric on
-  signed data (symmetric UINT8 clamps every negative value to 0).
-* **HiF8 against FP4/FP6/NVFP4/MXFP4** (the numbers are printed above, by
-  `format_low_bit_study`, which computes the three statements from them): HiF8 needs no scale
-  and stays within about a dB of per-tensor E4M3 on heavy-tailed data; the best 4-bit scheme,
-  NVFP4, is about 9 dB below it at 4.5 bits per element; MXFP6 is close to the 8-bit formats at
-  6.25 bits; NVFP4's E4M3 block scale and its smaller block each buy a few dB over MXFP4;
-  FP4 with one per-tensor scale is unusable on heavy-tailed data.
+Every number below is formatted from the results above."""),
+    ("code", """\
+import math
+
+from IPython.display import Markdown, display
+
+E = np.asarray(err["exps"])
+def in_range(f):
+    lo, hi = err["range"][f]
+    return (np.exp2(E.astype(float)) >= lo) & (np.exp2(E.astype(float)) <= hi)
+def mean_err(f, mode="nearest_even"):
+    return float(np.nanmean(np.asarray(err["errors"][f][mode]["mean"])[in_range(f)]))
+bits = {f: np.asarray(err["bits"][f]) for f in fmts}
+cover = {f: E[~np.isnan(bits[f])] for f in fmts}  # binades holding a value
+nb = {f: len(cover[f]) for f in fmts}
+lg = lambda v: round(math.log2(v))
+top = np.nanmax(bits["hif8"])
+full = E[bits["hif8"] == top]
+taper = sorted({int(b) for b in bits["hif8"][~np.isnan(bits["hif8"])] if b < top}, reverse=True)
+m_h, m_4 = mean_err("hif8"), mean_err("e4m3")
+# rounding modes
+tie = max(float(np.nanmax(np.abs(np.subtract(err["errors"][f]["nearest_even"]["mean"],
+                                             err["errors"][f]["nearest_away"]["mean"]))))
+          for f in fmts)
+tie_txt = ("their mean errors are identical on our samples" if tie == 0 else
+           f"their mean errors differ by at most {tie:.1e}")
+m4 = int(np.nanmax(bits["e4m3"]))  # E4M3's mantissa bits
+half_ulp = 2.0 ** -(m4 + 1) * math.log(2)  # E|half an ulp / x| on U(1, 2)
+dz, du = -rb["e4m3"]["toward_zero"], rb["e4m3"]["up"]
+sr = [mean_err(f, "stochastic") / mean_err(f) for f in fmts]
+sr_bias = max(abs(rb[f]["stochastic"]) for f in fmts)
+# MXFP8
+R = mx["ratios"]
+p2 = lambda r: f"2^{round(math.log2(r))}"
+i16 = min(range(len(R)), key=lambda i: abs(math.log2(R[i]) - 16))
+pt4 = mx["sqnr_clean"]["e4m3 per-tensor"]
+loss16 = pt4[0] - pt4[i16]
+fl = mx["flushed"]["e4m3 per-tensor"]
+gone = [i for i in range(len(R)) if fl[i] >= 1.0]
+flush_txt = (f"from {p2(R[gone[0]])} on every ordinary element is flushed to zero (clean "
+             f"blocks: {pt4[gone[0]]:.1f} dB)" if gone else
+             f"at {p2(R[-1])} {100 * fl[-1]:.0f} % of the ordinary elements flush to zero")
+pt5 = mx["sqnr_clean"]["e5m2 per-tensor"]
+loss5 = max(pt5[0] - v for v in pt5)
+e5_txt = ("without loss" if loss5 < 0.5 else f"losing up to {loss5:.1f} dB")
+floor0 = mx["sqnr_clean"]["mxfp8_e4m3 rceil"][0] - mx["sqnr_clean"]["mxfp8_e4m3 floor"][0]
+rc, fo = bs["sqnr"]["mxfp8_e4m3 rceil"], bs["sqnr"]["mxfp8_e4m3 floor"]
+fo_loss = [a - b for a, b in zip(rc, fo)]
+kmax = int(np.argmax(fo_loss))
+# INT8
+s, r = ig["data"]["signed"], ig["data"]["relu"]
+gain = {g: s[f"int8 {g} sym"] - s["int8 per_tensor sym"]
+        for g in ("per_channel", "per_block", "per_token")}
+asym = [r[f"int8 {g} asym"] - r[f"int8 {g} sym"] for g in F.GRANULARITIES]
+u8sym = max(s[f"uint8 {g} sym"] for g in F.GRANULARITIES)
+# low-bit formats, Student t
+ix = {nm: i for i, (nm, _b) in enumerate(lb["schemes"])}
+bpe = dict(lb["schemes"])
+st = lb["sqnr"]["student t"]
+hif, e4t = st[ix["hif8 (no scale)"]], st[ix["e4m3 per-tensor"]]
+nv, mx4, mx6 = st[ix["nvfp4 /16"]], st[ix["mxfp4 /32"]], st[ix["mxfp6_e2m3 /32"]]
+fp4t = st[ix["e2m1 per-tensor"]]
+eight = [st[i] for nm, i in ix.items() if bpe[nm] >= 8]
+hif_txt = (f"stays within {e4t - hif:.1f} dB of" if abs(e4t - hif) < 1.5 else
+           f"is {e4t - hif:.1f} dB below" if hif < e4t else f"is {hif - e4t:.1f} dB above")
+mx6_gap = min(eight) - mx6
+mx6_txt = ("close to" if mx6_gap < 3 else "well below")
+k32 = lb["block_sizes"].index(32)
+k16 = lb["block_sizes"].index(16)
+nvb, mxb = lb["block_sqnr"]["nvfp4"], lb["block_sqnr"]["mxfp4"]
+fp4_txt = "unusable" if fp4t < 10 else "poor"
+display(Markdown(f\"\"\"
+* **HiF8 trades precision for range where it matters least.** It keeps E4M3's {top:.0f}
+  mantissa bits for values from 2^{full[0]} to 2^{full[-1] + 1} and tapers to
+  {", ".join(map(str, taper[:-1]))} and {taper[-1]} bits further out; in exchange it covers
+  2^{lg(err["range"]["hif8"][0])} .. 2^{lg(err["range"]["hif8"][1])} ({nb["hif8"]} binades,
+  E4M3: {nb["e4m3"]} with subnormals). Over the binades each format covers, HiF8's mean
+  relative error (nearest-even) is
+  {100 * m_h:.1f} %, {"larger" if m_h > m_4 else "smaller"} than E4M3's {100 * m_4:.1f} %
+  (the tapered binades are coarse), but E4M3 has no code for most of HiF8's range. E5M2
+  has the range ({nb["e5m2"]} binades) but only {np.nanmax(bits["e5m2"]):.0f} bits everywhere.
+* **Rounding modes:** nearest-even and nearest-away only differ on exact ties ({tie_txt});
+  the directed modes shift the mean by about half an ulp: on U(1, 2) E4M3 ({m4} mantissa
+  bits) is biased by {100 * dz:.2f} % toward zero and {100 * du:.2f} % up, where half an ulp
+  is {100 * half_ulp:.2f} % on average. Stochastic rounding removes the bias (at most
+  {100 * sr_bias:.3f} %) at {min(sr):.2f} to {max(sr):.2f} times the mean error of rounding
+  to nearest.
+* **MXFP8:** the per-block scale confines an outlier's damage to its own block of
+  {mx["block_size"]}; with per-tensor scaling a {p2(R[i16])} outlier costs every block
+  {loss16:.1f} dB, and {flush_txt}. E5M2 elements ({nb["e5m2"]} binades) absorb the same
+  outliers {e5_txt} but are {pt4[0] - pt5[0]:.1f} dB worse to start with. The OCP `floor`
+  scale costs {floor0:.1f} dB against `rceil` even without outliers. On heavy-tailed
+  (Student t) data the block size {"hardly matters" if max(rc) - min(rc) < 1 else "matters"}
+  with the `rceil` scale (its SQNR spans {max(rc) - min(rc):.1f} dB over blocks of
+  {bs["block_sizes"][0]} to
+  {bs["block_sizes"][-1]}; E4M3's {nb["e4m3"]} binades hold each block), while the `floor`
+  scale *loses* up to {fo_loss[kmax]:.1f} dB (blocks of {bs["block_sizes"][kmax]}): it
+  saturates every block's largest element, and small blocks have many block maxima.
+* **INT8:** granularity dominates: per-channel scales gain {gain["per_channel"]:.1f} dB over
+  per-tensor on these channel-skewed activations, blocks of {ig["block_size"]}
+  {gain["per_block"]:.1f} dB, per-token {gain["per_token"]:.1f} dB. Asymmetric scales gain
+  {min(asym):.1f} to {max(asym):.1f} dB on one-sided (ReLU) data; UINT8 must be asymmetric on
+  signed data (symmetric UINT8 clamps every negative value to 0: at most {u8sym:.1f} dB).
+* **HiF8 against FP4/FP6/NVFP4/MXFP4** on heavy-tailed data: HiF8 needs no scale and
+  {hif_txt} per-tensor E4M3 ({hif:.1f} against {e4t:.1f} dB); the best 4-bit scheme, NVFP4,
+  is {hif - nv:.1f} dB below HiF8 at {bpe["nvfp4 /16"]:g} bits per element; MXFP6
+  ({mx6:.1f} dB) is {mx6_txt} the 8-bit schemes ({min(eight):.1f} to {max(eight):.1f} dB) at
+  {bpe["mxfp6_e2m3 /32"]:g} bits; over MXFP4, NVFP4's E4M3 block scale buys
+  {nvb[k32] - mxb[k32]:.1f} dB (both in blocks of {lb["block_sizes"][k32]}) and its smaller block
+  {nvb[k16] - nvb[k32]:.1f} dB more ({nv - mx4:.1f} dB in all); FP4 with one per-tensor scale
+  is {fp4_txt} on heavy-tailed data ({fp4t:.1f} dB).
+\"\"\"))
 """),
 ]
 

@@ -1,6 +1,6 @@
-"""Execute notebooks 02-04 at full size and store them with their outputs and plots.
+"""Execute the notebooks at full size and store them with their outputs and plots.
 
-    python scripts/run_notebooks.py                 # 02, 03, 04 (tens of minutes on 2 cores)
+    python scripts/run_notebooks.py                 # 01-04 (tens of minutes on 2 cores)
     python scripts/run_notebooks.py 03_restart_rates
 
 Each notebook named is first rebuilt from ``scripts/make_notebooks.py`` (so the stored cells
@@ -8,7 +8,7 @@ are the generator's; the others are left as they are), then run top to bottom wi
 a kernel that imports this checkout's lowprec, at full size (``LOWPREC_NB_QUICK`` unset), and
 written back with outputs, so that the repository page shows their tables, plots and
 conclusions without running them.  CI still runs them at small sizes
-(``tests/test_notebooks.py``).  Notebook 01 is not run here.
+(``tests/test_notebooks.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
-FULL_SIZE = ("02_error_accumulation", "03_restart_rates", "04_integer_schemes")
+FULL_SIZE = ("01_format_accuracy", "02_error_accumulation", "03_restart_rates",
+             "04_integer_schemes")
 TIMEOUT_S = 3600  # per cell
 
 

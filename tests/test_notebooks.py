@@ -1,5 +1,5 @@
 """Every notebook in notebooks/ executes top to bottom at small sizes (LOWPREC_NB_QUICK=1), and
-matches its source in scripts/make_notebooks.py; notebooks 02-04 are stored executed at full
+matches its source in scripts/make_notebooks.py; every notebook is stored executed at full
 size (scripts/run_notebooks.py), with their plots, and their conclusions are computed."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_notebooks_match_generator():
     assert r.returncode == 0, r.stderr
 
 
-FULL_SIZE = ("02_error_accumulation", "03_restart_rates", "04_integer_schemes")
+FULL_SIZE = EXPECTED  # every notebook is stored executed at full size
 
 
 def _conclusion(nb):
