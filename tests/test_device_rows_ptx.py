@@ -35,13 +35,19 @@ print(json.dumps(rep))
 """
 
 
-def test_seq_rowsum_compiles_to_clean_ptx():
+def _ptx_report(script: str):
+    """Run a compile script in a subprocess without ``TRITON_INTERPRET``; its last stdout line
+    (JSON)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, cwd=ROOT,
+    res = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    rep = json.loads(res.stdout.strip().splitlines()[-1])
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_seq_rowsum_compiles_to_clean_ptx():
+    rep = _ptx_report(_SCRIPT)
     for ty in ("fp32", "fp64"):
         assert rep[ty]["bad"] == [], rep
         assert rep[ty]["adds"] >= 1, rep
@@ -75,12 +81,7 @@ print(json.dumps(rep))
 def test_intattention_kernel_compiles_to_clean_ptx():
     """Every constexpr variant of the fused IntAttention kernel: no forbidden instruction,
     IEEE divisions (``div.rn``) only, both GEMMs on int8 tensor cores (s32 += s8 x s8)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-c", _IA_SCRIPT], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    rep = json.loads(res.stdout.strip().splitlines()[-1])
+    rep = _ptx_report(_IA_SCRIPT)
     assert len(rep) == 16
     for r in rep:
         assert r["bad"] == [], r
@@ -103,12 +104,7 @@ print(json.dumps({"bad": [ln.strip() for ln in ptx.splitlines() if FORBIDDEN.sea
 
 def test_int8_codes_kernel_compiles_to_clean_ptx():
     """The int8 codes kernel: IEEE float64 division, nothing forbidden."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-c", _CODES_SCRIPT], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    rep = json.loads(res.stdout.strip().splitlines()[-1])
+    rep = _ptx_report(_CODES_SCRIPT)
     assert rep["bad"] == [] and rep["div"] >= 1, rep
 
 
@@ -139,12 +135,7 @@ print(json.dumps(rep))
 def test_qflash_kernel_compiles_to_clean_ptx():
     """Every constexpr variant of the QFlash kernel: nothing forbidden, IEEE or integer
     divisions only, both GEMMs on int8 tensor cores."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-c", _QF_SCRIPT], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    rep = json.loads(res.stdout.strip().splitlines()[-1])
+    rep = _ptx_report(_QF_SCRIPT)
     assert len(rep) == 8
     for r in rep:
         assert r["bad"] == [], r

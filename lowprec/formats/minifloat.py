@@ -326,6 +326,37 @@ def _element_loops(one, out_t):
     return serial, parallel
 
 
+def _fast_loops(one, out_t):
+    """``(serial, parallel)`` loops over float32 bit patterns applying a deterministic
+    per-element function ``one(bits) -> code or value bits`` (the float32 fast paths:
+    :func:`make_fast32_kernel`, :func:`make_pow2_fast32`): ``out_t`` None writes ``one``'s
+    result as it is, else converts it to ``out_t``."""
+    if out_t is None:
+
+        @njit(cache=True, nogil=True)
+        def serial(bits, out):
+            for i in range(bits.shape[0]):
+                out[i] = one(bits[i])
+
+        @njit(cache=True, nogil=True, parallel=True)
+        def parallel(bits, out):
+            for i in prange(bits.shape[0]):
+                out[i] = one(bits[i])
+    else:
+
+        @njit(cache=True, nogil=True)
+        def serial(bits, out):
+            for i in range(bits.shape[0]):
+                out[i] = out_t(one(bits[i]))
+
+        @njit(cache=True, nogil=True, parallel=True)
+        def parallel(bits, out):
+            for i in prange(bits.shape[0]):
+                out[i] = out_t(one(bits[i]))
+
+    return serial, parallel
+
+
 _FAST_MODES = (0, 1, 2, 3, 4)  # the deterministic modes the float32 fast path implements
 
 
@@ -476,28 +507,7 @@ def make_fast32_kernel(spec: FloatSpec, mode: int, saturate: bool, want_value: b
     WANT_VALUE = want_value
     stable_uuid(one, f"minifloat.fast32.{spec.name}.{mode}.{int(saturate)}.{int(want_value)}")
     _KERNELS[("one32", id(spec), mode, saturate, want_value)] = one
-    if want_value:
-
-        @njit(cache=True, nogil=True)
-        def serial(bits, out):
-            for i in range(bits.shape[0]):
-                out[i] = one(bits[i])
-
-        @njit(cache=True, nogil=True, parallel=True)
-        def parallel(bits, out):
-            for i in prange(bits.shape[0]):
-                out[i] = one(bits[i])
-    else:
-
-        @njit(cache=True, nogil=True)
-        def serial(bits, out):
-            for i in range(bits.shape[0]):
-                out[i] = OUT_T(one(bits[i]))
-
-        @njit(cache=True, nogil=True, parallel=True)
-        def parallel(bits, out):
-            for i in prange(bits.shape[0]):
-                out[i] = OUT_T(one(bits[i]))
+    serial, parallel = _fast_loops(one, None if want_value else OUT_T)
 
     _KERNELS[key] = (serial, parallel)
     return serial, parallel
@@ -653,28 +663,7 @@ def make_pow2_fast32(spec: Pow2Spec, mode: int, saturate: bool, want_value: bool
         return c
 
     stable_uuid(one, f"minifloat.pow2fast.{spec.name}.{mode}.{int(saturate)}.{int(want_value)}")
-    if want_value:
-
-        @njit(cache=True, nogil=True)
-        def serial(bits, out):
-            for i in range(bits.shape[0]):
-                out[i] = one(bits[i])
-
-        @njit(cache=True, nogil=True, parallel=True)
-        def parallel(bits, out):
-            for i in prange(bits.shape[0]):
-                out[i] = one(bits[i])
-    else:
-
-        @njit(cache=True, nogil=True)
-        def serial(bits, out):
-            for i in range(bits.shape[0]):
-                out[i] = np.uint8(one(bits[i]))
-
-        @njit(cache=True, nogil=True, parallel=True)
-        def parallel(bits, out):
-            for i in prange(bits.shape[0]):
-                out[i] = np.uint8(one(bits[i]))
+    serial, parallel = _fast_loops(one, None if want_value else np.uint8)
 
     _KERNELS[key] = (serial, parallel)
     return serial, parallel

@@ -33,20 +33,11 @@ import triton
 import triton.language as tl
 
 from ._launch import LAUNCH_OPTS, device_guard
+from ._tiles import kv_tile, pow2, q_tile, scores
 
 #: |P v8| partial sums stay below 2**31 for Lk up to this (255 * 127 * Lk); beyond, int64.
 ACC32_MAX_KEYS = (2**31 - 1) // (255 * 127)
 _INT32_MIN = tl.constexpr(-(2**31))
-
-
-@triton.jit
-def _scores(q, K8, kb, n0, Lk, D, offs_n, offs_d):
-    """int32 ``(BM, BN)`` scores of the query tile ``q`` against keys ``n0 ..`` of entry
-    ``kb`` (rows beyond ``Lk`` hold zeros)."""
-    cols = n0 + offs_n
-    kp = K8 + kb + cols[:, None].to(tl.int64) * D + offs_d[None, :]
-    k = tl.load(kp, mask=(cols[:, None] < Lk) & (offs_d[None, :] < D), other=0)
-    return tl.dot(q, tl.trans(k), out_dtype=tl.int32), cols
 
 
 @triton.jit
@@ -84,11 +75,7 @@ def _intattention_kernel(Q8, K8, V8, CINT, LUT, SV, OUT, INFO, Lq, Lk, D, DV, sh
     offs_d = tl.arange(0, BD)
     offs_v = tl.arange(0, BDV)
     rok = offs_m < Lq
-    qb = b.to(tl.int64) * Lq * D
-    q = tl.load(Q8 + qb + offs_m[:, None].to(tl.int64) * D + offs_d[None, :],
-                mask=rok[:, None] & (offs_d[None, :] < D), other=0)
-    kb = b.to(tl.int64) * Lk * D
-    vb = b.to(tl.int64) * Lk * DV
+    q = q_tile(Q8, b, offs_m, rok, Lq, D, offs_d)
     if CAUSAL:
         lim = offs_m + shift  # the last key each row sees
         n_end = tl.minimum(Lk, r0 + BM + shift)
@@ -104,7 +91,8 @@ def _intattention_kernel(Q8, K8, V8, CINT, LUT, SV, OUT, INFO, Lq, Lk, D, DV, sh
     # pass 1: the visible row max
     m = tl.full([BM], _INT32_MIN, tl.int32)
     for n0 in range(0, n_end, BN):
-        s, cols = _scores(q, K8, kb, n0, Lk, D, offs_n, offs_d)
+        cols = n0 + offs_n
+        s = scores(q, K8, b, Lk, D, cols, cols < Lk, offs_d)
         vis = cols[None, :] <= lim[:, None]
         m = tl.maximum(m, tl.max(tl.where(vis, s, _INT32_MIN), axis=1))
 
@@ -113,7 +101,8 @@ def _intattention_kernel(Q8, K8, V8, CINT, LUT, SV, OUT, INFO, Lq, Lk, D, DV, sh
     clipped = tl.zeros([BM], dtype=tl.int32)
     zero = tl.zeros([BM], dtype=tl.int32)
     for n0 in range(0, n_end, BN):
-        s, cols = _scores(q, K8, kb, n0, Lk, D, offs_n, offs_d)
+        cols = n0 + offs_n
+        s = scores(q, K8, b, Lk, D, cols, cols < Lk, offs_d)
         vis = cols[None, :] <= lim[:, None]
         dd = tl.where(vis, m[:, None] - s, 0)
         idx = tl.where(vis, _index(dd, c2, c32, c64, nb, MODE, WIDE), nb)
@@ -141,14 +130,14 @@ def _intattention_kernel(Q8, K8, V8, CINT, LUT, SV, OUT, INFO, Lq, Lk, D, DV, sh
     else:
         acc = tl.zeros([BM, BDV], dtype=tl.int32)
     for n0 in range(0, n_end, BN):
-        s, cols = _scores(q, K8, kb, n0, Lk, D, offs_n, offs_d)
+        cols = n0 + offs_n
+        s = scores(q, K8, b, Lk, D, cols, cols < Lk, offs_d)
         vis = cols[None, :] <= lim[:, None]
         dd = tl.where(vis, m[:, None] - s, 0)
         idx = tl.where(vis, _index(dd, c2, c32, c64, nb, MODE, WIDE), nb)
         p = tl.where(vis, tl.gather(pt, idx, axis=1), 0)
         psum += tl.sum(p, axis=1).to(tl.int64)
-        vp = V8 + vb + cols[:, None].to(tl.int64) * DV + offs_v[None, :]
-        v = tl.load(vp, mask=(cols[:, None] < Lk) & (offs_v[None, :] < DV), other=0)
+        v = kv_tile(V8, b, Lk, DV, cols, cols < Lk, offs_v)
         # integers in float16 (|p| <= 255, |v| <= 127: exact), products exact in float32 and
         # the tile's sums integers below 2**24 (BN * 255 * 127): exact in any order
         part = tl.dot(p.to(tl.float16), v.to(tl.float16), out_dtype=tl.float32).to(tl.int32)
@@ -169,10 +158,6 @@ def _intattention_kernel(Q8, K8, V8, CINT, LUT, SV, OUT, INFO, Lq, Lk, D, DV, sh
     tl.store(ib + 2, (nvis == 0).to(tl.int64), mask=rok)
     tl.store(ib + 6, nvis.to(tl.int64), mask=rok)
     tl.store(ib + 7, psum, mask=rok)
-
-
-def _pow2(n: int, lo: int = 16) -> int:
-    return max(lo, triton.next_power_of_2(max(int(n), 1)))
 
 
 def intattention_rows(q8, k8, v8, cint, lut, sv, *, causal: bool, mode: int, nb: int, iz: int,
@@ -200,7 +185,7 @@ def intattention_rows(q8, k8, v8, cint, lut, sv, *, causal: bool, mode: int, nb:
     info = torch.zeros((B, Lq, 8), dtype=torch.int64, device=q8.device)
     if B == 0 or Lq == 0:
         return out, info
-    nbp = _pow2(nb + 1, 2)
+    nbp = pow2(nb + 1, 2)
     wide = int(c_max) * nb >= 2**31
     bm, bn, warps = 64, 64, 4  # (the fastest of the settings measured on an H100)
     assert bn * 255 * 127 < 2**24  # the float16 P v8 tile sums stay exact
@@ -209,7 +194,7 @@ def intattention_rows(q8, k8, v8, cint, lut, sv, *, causal: bool, mode: int, nb:
         _intattention_kernel[grid](
             q8, k8, v8, cint, lut, sv, out, info, Lq, Lk, d, dv, Lk - Lq, nb, iz,
             CAUSAL=bool(causal), MODE=int(mode), PMAX=int(pmax),
-            ACC64=Lk > ACC32_MAX_KEYS, BM=bm, BN=bn, BD=_pow2(d, 32), BDV=_pow2(dv),
+            ACC64=Lk > ACC32_MAX_KEYS, BM=bm, BN=bn, BD=pow2(d, 32), BDV=pow2(dv, 16),
             NBP=nbp, WIDE=wide,
             num_warps=warps, num_stages=1, **LAUNCH_OPTS)
     return out, info

@@ -23,6 +23,7 @@ import triton.language as tl
 
 from ..kernels._qflash_rows import MASK_BIAS, SHIFT_EXP, SHIFT_RELEASE
 from ._launch import LAUNCH_OPTS, device_guard
+from ._tiles import kv_tile, pow2, q_tile, scores
 
 _MASK_BIAS = tl.constexpr(MASK_BIAS)
 _SHIFT_EXP = tl.constexpr(SHIFT_EXP)
@@ -102,10 +103,7 @@ def _qflash_kernel(Q8, K8, V8, CONST, SV, OUT, CNT, Lq, Lk, D, DV, shift, bk, nk
     offs_d = tl.arange(0, BD)
     offs_v = tl.arange(0, BDV)
     rok = offs_m < Lq
-    q = tl.load(Q8 + b.to(tl.int64) * Lq * D + offs_m[:, None].to(tl.int64) * D
-                + offs_d[None, :], mask=rok[:, None] & (offs_d[None, :] < D), other=0)
-    kb = b.to(tl.int64) * Lk * D
-    vb = b.to(tl.int64) * Lk * DV
+    q = q_tile(Q8, b, offs_m, rok, Lq, D, offs_d)
     cb = CONST + b.to(tl.int64) * 5
     R = tl.load(cb)
     eM = tl.load(cb + 1)
@@ -137,9 +135,7 @@ def _qflash_kernel(Q8, K8, V8, CONST, SV, OUT, CNT, Lq, Lk, D, DV, shift, bk, nk
         j0 = t * bk
         cols = j0 + lanes
         real = inb & (cols < Lk)
-        kp = K8 + kb + cols[:, None].to(tl.int64) * D + offs_d[None, :]
-        k = tl.load(kp, mask=real[:, None] & (offs_d[None, :] < D), other=0)
-        s = tl.dot(q, tl.trans(k), out_dtype=tl.int32).to(tl.int64)
+        s = scores(q, K8, b, Lk, D, cols, real, offs_d).to(tl.int64)
         if CAUSAL:
             bij = tl.where(cols[None, :].to(tl.int64) > lim[:, None], _MASK_BIAS, 0)
         else:
@@ -183,8 +179,7 @@ def _qflash_kernel(Q8, K8, V8, CONST, SV, OUT, CNT, Lq, Lk, D, DV, shift, bk, nk
             c_resc += (mx != mrow).to(tl.int64)
         lsum, wr1 = _carry(lsum, alpha, lM, rowsum, f, ACCUMULATE)
         c_wrap += wr1 + f_wrap
-        vp = V8 + vb + cols[:, None].to(tl.int64) * DV + offs_v[None, :]
-        v = tl.load(vp, mask=real[:, None] & (offs_v[None, :] < DV), other=0)
+        v = kv_tile(V8, b, Lk, DV, cols, real, offs_v)
         p8 = tl.where(real[None, :], pv, 0).to(tl.int8)
         tile = tl.dot(p8, v, out_dtype=tl.int32).to(tl.int64)
         acc, wr2 = _carry(acc, alpha[:, None], aM, tile, f[:, None], ACCUMULATE)
@@ -217,10 +212,6 @@ def _qflash_kernel(Q8, K8, V8, CONST, SV, OUT, CNT, Lq, Lk, D, DV, shift, bk, nk
     tl.store(cp + 8, ((seen > 0) & (vmax < m_init)).to(tl.int64), mask=rok)
 
 
-def _pow2(n: int, lo: int) -> int:
-    return max(lo, triton.next_power_of_2(max(int(n), 1)))
-
-
 def qflash_rows(q8, k8, v8, const, sv, *, causal: bool, block_k: int, m_init: int,
                 division: bool, accumulate: bool):
     """Run the kernel.
@@ -248,7 +239,7 @@ def qflash_rows(q8, k8, v8, const, sv, *, causal: bool, block_k: int, m_init: in
         _qflash_kernel[(triton.cdiv(Lq, bm), B)](
             q8, k8, v8, const, sv, out, cnt, Lq, Lk, d, dv, Lk - Lq, block_k, nk, m_init,
             CAUSAL=bool(causal), DIVISION=bool(division), ACCUMULATE=bool(accumulate),
-            BM=bm, BN=_pow2(block_k, 32), BD=_pow2(d, 32), BDV=_pow2(dv, 16), num_warps=4,
+            BM=bm, BN=pow2(block_k, 32), BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=4,
             num_stages=1, **LAUNCH_OPTS)
     return out, cnt
 

@@ -262,7 +262,7 @@ class DeviceQKV:
     """int8 q, k, v of a :class:`DeviceProblem` (the twin of :class:`_int8.QKV8`).
 
     Attributes:
-        q8i: int8 ``(B, Lq, d)`` codes of q (:attr:`q8`: the same as float64).
+        q8i: int8 ``(B, Lq, d)`` codes of q.
         sq_row: float32 ``(B, Lq)``; sk, sv: float32 ``(B,)``; host: their float32 host
             copies ``{"sq_row", "sk", "sv"}`` (NumPy, read back with the finiteness check:
             the call's one synchronisation).
@@ -281,11 +281,6 @@ class DeviceQKV:
     dp: Any
     host: dict | None = None
     _cache: dict | None = None
-
-    @property
-    def q8(self):
-        """float64 ``(B, Lq, d)``: q's codes (for float64 GEMMs)."""
-        return self.q8i.double()
 
     def _kv(self, g0: int, g1: int):
         key = (g0, g1)
@@ -315,7 +310,7 @@ class DeviceQKV:
         """The exact integer scores ``q8 k8^T`` of a chunk, float64 ``(g1-g0, r1-r0, Lk)``."""
         import torch
 
-        return torch.matmul(self.q8[g0:g1, r0:r1], self.k8t(g0, g1))
+        return torch.matmul(self.q8i[g0:g1, r0:r1].double(), self.k8t(g0, g1))
 
 
 def _check_finite(dp: DeviceProblem) -> None:
@@ -370,8 +365,9 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
     inf = torch.full((1,), math.inf, dtype=torch.float64, device=dev)
     fin = [torch.isfinite(a).all().reshape(1).double() if a.numel() else inf.new_ones(1)
            for a in (aq, ak_kv, av_kv)]
+    kseen = keys.any(dim=1)
     low = [torch.where(seen, sc.double(), inf).amin().reshape(1) if seen.numel() else inf
-           for seen, sc in ((rows_q, sq_row), (keys.any(dim=1), sk), (keys.any(dim=1), sv))]
+           for seen, sc in ((rows_q, sq_row), (kseen, sk), (kseen, sv))]
     host = torch.cat(fin + low + [sq_row.reshape(-1).double(), sk.double(), sv.double()])
     host = host.cpu().numpy()
     for i, name in enumerate(("q", "k", "v")):
