@@ -70,14 +70,14 @@ def mismatches(a, b) -> int:
     return int((a != b).sum())
 
 
-def check_elements(x: np.ndarray, dev, n: int) -> int:
-    """Every element format: codes and values, own mode (saturating or not), toward_zero, up,
-    stochastic; float32, float64 and bfloat16 input."""
+def check_elements(x: np.ndarray, dev, n: int, formats=FORMATS) -> int:
+    """Every element format of ``formats``: codes and values, own mode (saturating or not),
+    toward_zero, up, stochastic; float32, float64 and bfloat16 input."""
     import torch
 
     xs = {"f32": x, "f64": x.astype(np.float64)[: n // 4], "bf16": x[: n // 4]}
     total = 0
-    for f in FORMATS:
+    for f in formats:
         bad = 0
         own = lp.get_format(f).info.default_rounding.name.lower()
         for kind, arr in xs.items():
@@ -176,7 +176,13 @@ def main(argv=None) -> int:
                          "TRITON_INTERPRET=1; no GPU needed; use a tiny --n)")
     ap.add_argument("--parts", default="elements,MX,NVFP4,user format",
                     help="comma-separated parts to run (default: all)")
+    ap.add_argument("--formats", default=",".join(FORMATS),
+                    help="comma-separated element formats of the elements part (default: all)")
     a = ap.parse_args(argv)
+    formats = tuple(a.formats.split(","))
+    unknown = set(formats) - set(FORMATS)
+    if unknown:
+        ap.error(f"unknown element formats {sorted(unknown)}; choose from {FORMATS}")
     if a.interpret:
         os.environ["TRITON_INTERPRET"] = "1"  # before lowprec.gpu's kernels are decorated
         a.device = "cpu"
@@ -193,7 +199,7 @@ def main(argv=None) -> int:
     x = inputs(a.n)
     t0 = time.perf_counter()
     total = 0
-    for name, check in (("elements", lambda: check_elements(x, dev, a.n)),
+    for name, check in (("elements", lambda: check_elements(x, dev, a.n, formats)),
                         ("MX", lambda: check_mx(x, dev)),
                         ("NVFP4", lambda: check_nvfp4(x[: a.n], dev, a.n)),
                         ("user format", lambda: check_user(x, dev))):
@@ -202,7 +208,7 @@ def main(argv=None) -> int:
         t1 = time.perf_counter()
         total += check()
         print(f"-- {name}: {time.perf_counter() - t1:.0f} s", flush=True)
-    print(f"total {total} mismatches: {len(FORMATS)} formats (own mode saturating or not, "
+    print(f"total {total} mismatches: {len(formats)} formats (own mode saturating or not, "
           f"toward_zero, up, stochastic; float32, bfloat16 and float64 input; "
           f"{x.size:,} float32 inputs), {len(MX_FORMATS)} MX formats, NVFP4 "
           f"({len(NVFP4_LEVELS)} recipe/level pairs x {len(MODES)} modes), a user format; "
