@@ -32,6 +32,7 @@ stays light.  ``format_*`` functions turn each result into a printable table.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import re
@@ -312,21 +313,86 @@ def token_windows(tok, text: str | None = None, length: int = SMOLLM2_TOKENS,
     return [ids[:, i * length:(i + 1) * length] for i in range(want)]
 
 
+LONG_CONTEXT = ("interpolate", "extrapolate")
+
+
+def _smollm2(device=None):
+    """SmolLM2-135M and its tokenizer (:func:`lowprec.torch.models.load_model`'s cached copy),
+    moved to ``device`` (None: where it is; the cached copy moves, so one process uses one
+    device)."""
+    from ..torch.models import load_model
+
+    model, tok = load_model("smollm2")
+    if device is not None:
+        model.to(device)
+    return model, tok
+
+
+def _check_long_context(long_context: str) -> None:
+    if long_context not in LONG_CONTEXT:
+        raise ValueError(f"long_context must be one of {LONG_CONTEXT}, got {long_context!r}")
+
+
+@contextlib.contextmanager
+def long_context_rope(model, tokens: int, long_context: str = "interpolate"):
+    """Within the context, a Llama-type ``model`` reads windows of ``tokens`` tokens beyond its
+    trained length (``config.max_position_embeddings``, 8192 for SmolLM2) as ``long_context``
+    says.
+
+    * ``"interpolate"`` (default): linear RoPE position interpolation (Chen et al., 2023,
+      "Extending context window of large language models via positional interpolation"),
+      without fine-tuning: the rotary inverse frequencies are divided by ``tokens /
+      max_position_embeddings``, so every position of the window falls inside the trained
+      range (transformers' ``rope_type="linear"`` does the same division).  Relative distances
+      shrink by that factor: the model sees a compressed text, not one it was trained on.
+    * ``"extrapolate"``: positions as they are (beyond the trained range).
+
+    Windows within the trained length are left alone either way.  The frequencies are restored
+    on exit.
+
+    Args:
+        model: a transformers causal LM whose decoder holds ``rotary_emb.inv_freq``.
+        tokens: the window length.
+        long_context: ``"interpolate"`` or ``"extrapolate"``.
+
+    Yields:
+        The factor applied (1.0 when nothing changed).
+
+    Raises:
+        ValueError: unknown ``long_context``.
+    """
+    _check_long_context(long_context)
+    trained = int(model.config.max_position_embeddings)
+    if long_context == "extrapolate" or tokens <= trained:
+        yield 1.0
+        return
+    rot = model.model.rotary_emb
+    factor = tokens / trained
+    saved = rot.inv_freq.clone()
+    rot.inv_freq.div_(factor)
+    try:
+        yield factor
+    finally:
+        rot.inv_freq.copy_(saved)
+
+
 def _token_nll(model, ids, chunk: int = 512) -> np.ndarray:
-    """Next-token negative log-likelihoods ``(n - 1,)`` (float64) of one causal window.
+    """Next-token negative log-likelihoods ``(n - 1,)`` (float64) of one causal window, computed
+    on the model's device.
 
     The decoder runs once; the LM head and the cross-entropy run on ``chunk`` positions at a
     time, so an 8k-token window never holds its full ``(n, vocabulary)`` logits."""
     import torch
     import torch.nn.functional as F
 
+    ids = ids.to(model.lm_head.weight.device)
     h = model.model(input_ids=ids).last_hidden_state[0]
     target = ids[0, 1:]
     out = []
     for a in range(0, target.shape[0], chunk):
         logits = model.lm_head(h[a:a + chunk][: target.shape[0] - a]).float()
         out.append(F.cross_entropy(logits, target[a:a + chunk], reduction="none"))
-    return torch.cat(out).double().numpy()
+    return torch.cat(out).double().cpu().numpy()
 
 
 def resample_unit(windows: int, scored: int, resample="auto"):
@@ -426,7 +492,8 @@ def smollm2_perplexity(schemes=None, *, text: str | None = None,
                        max_tokens: int = SMOLLM2_TOKENS, windows: int | None = PPL_WINDOWS,
                        resample="auto", bootstrap: int = BOOTSTRAP,
                        confidence: float = CONFIDENCE, seed: int = 0,
-                       quick: bool = False) -> dict:
+                       quick: bool = False, device=None,
+                       long_context: str = "interpolate") -> dict:
     """Perplexity of SmolLM2-135M on the evaluation text, float32 and under each scheme, with a
     bootstrap interval of each ratio to float32.
 
@@ -451,10 +518,17 @@ def smollm2_perplexity(schemes=None, *, text: str | None = None,
         seed: bootstrap seed.
         quick: 2 windows of 64 tokens and only :data:`QUICK_SCHEMES` (when ``schemes`` is
             None).
+        device: torch device of the model and of every attention call (None: the CPU, or
+            wherever the cached model already is); on a GPU every scheme with a device path
+            computes there.
+        long_context: windows beyond SmolLM2's trained 8192 tokens (:func:`long_context_rope`):
+            ``"interpolate"`` (linear RoPE position interpolation, no fine-tuning) or
+            ``"extrapolate"``.
 
     Returns:
-        ``{"model", "tokens" (window length), "windows", "scored_tokens", "float32": ppl,
-        "float32_ci": [lo, hi], "resample", "confidence", "bootstrap", "schemes": {label:
+        ``{"model", "tokens" (window length), "windows", "device", "long_context",
+        "rope_factor", "scored_tokens", "float32": ppl, "float32_ci": [lo, hi], "resample",
+        "confidence", "bootstrap", "schemes": {label:
         {"scheme", "options", "ppl", "ratio" (ppl / float32 ppl), "ratio_ci": [lo, hi],
         "verdict", "restart_rate", "peak_restart_rate", "emulation_seconds", "seconds"} or
         {"error"}}}``.
@@ -472,11 +546,15 @@ def smollm2_perplexity(schemes=None, *, text: str | None = None,
         cfg = {k: v for k, v in default_schemes().items() if k not in SMOLLM2_SKIP}
     else:
         cfg = _resolve(schemes)
-    where = {"text": text, "max_tokens": max_tokens, "windows": windows}
+    where = {"text": text, "max_tokens": max_tokens, "windows": windows, "device": device,
+             "long_context": long_context}
     base = perplexity_float32(**where)
     runs = {label: perplexity_run(scheme, opts, **where) for label, (scheme, opts) in cfg.items()}
-    return perplexity_result(cfg, base, runs, max_tokens=max_tokens, resample=resample,
-                             bootstrap=bootstrap, confidence=confidence, seed=seed)
+    res = perplexity_result(cfg, base, runs, max_tokens=max_tokens, resample=resample,
+                            bootstrap=bootstrap, confidence=confidence, seed=seed)
+    res.update(device=str(base.get("device", "cpu")), long_context=long_context,
+               rope_factor=base.get("rope_factor", 1.0))
+    return res
 
 
 @functools.lru_cache(maxsize=8)
@@ -488,36 +566,39 @@ def _windows(text: str | None, max_tokens: int, windows: int | None) -> list:
 
 
 def perplexity_float32(*, text: str | None = None, max_tokens: int = SMOLLM2_TOKENS,
-                       windows: int | None = PPL_WINDOWS) -> dict:
+                       windows: int | None = PPL_WINDOWS, device=None,
+                       long_context: str = "interpolate") -> dict:
     """The float32 run of :func:`smollm2_perplexity` (a unit of ``lowprec study``):
-    ``{"nll": [per-token NLL array per window], "seconds"}``."""
+    ``{"nll": [per-token NLL array per window], "seconds", "device", "rope_factor"}``."""
     import torch
 
-    from ..torch.models import load_model
-
-    model = load_model("smollm2")[0]
+    _check_long_context(long_context)
+    model = _smollm2(device)[0]
     wins = _windows(text, max_tokens, windows)
     t0 = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), long_context_rope(model, max_tokens, long_context) as factor:
         base = [_token_nll(model, w) for w in wins]
-    return {"nll": base, "seconds": time.perf_counter() - t0}
+    return {"nll": base, "seconds": time.perf_counter() - t0,
+            "device": str(model.lm_head.weight.device), "rope_factor": factor}
 
 
 def perplexity_run(scheme: str, opts: dict, *, text: str | None = None,
-                   max_tokens: int = SMOLLM2_TOKENS, windows: int | None = PPL_WINDOWS) -> dict:
+                   max_tokens: int = SMOLLM2_TOKENS, windows: int | None = PPL_WINDOWS,
+                   device=None, long_context: str = "interpolate") -> dict:
     """One scheme of :func:`smollm2_perplexity` (a unit of ``lowprec study``): ``{"nll",
     "restart_rate", "peak_restart_rate", "calls", "emulation_seconds", "seconds"}`` or
     ``{"error"}``."""
     import torch
 
     from ..torch import emulate
-    from ..torch.models import load_model
 
-    model = load_model("smollm2")[0]
+    _check_long_context(long_context)
+    model = _smollm2(device)[0]
     wins = _windows(text, max_tokens, windows)
     t0 = time.perf_counter()
     try:
-        with torch.no_grad(), emulate(scheme, model=model, **opts) as run:
+        with torch.no_grad(), long_context_rope(model, max_tokens, long_context), \
+                emulate(scheme, model=model, **opts) as run:
             nll = [_token_nll(model, w) for w in wins]
     except Exception as e:  # noqa: BLE001 - reported in the table
         return {"error": _error(e)}
@@ -562,6 +643,14 @@ def perplexity_result(cfg: dict, base: dict, runs: dict, *, max_tokens: int, res
     return res
 
 
+def _rope_note(res: dict) -> str:
+    """``"; RoPE interpolated x4"`` when a result's windows went beyond the trained length."""
+    f = res.get("rope_factor", 1.0)
+    if f == 1.0:
+        return ""
+    return f"; RoPE positions interpolated by {f:g} (beyond the model's trained length)"
+
+
 def format_smollm2_perplexity(res: dict) -> str:
     """Table of :func:`smollm2_perplexity`: perplexity, ratio to float32 with its bootstrap
     interval and verdict (``within noise`` when the interval contains 1), ARR/PRR, time."""
@@ -572,7 +661,7 @@ def format_smollm2_perplexity(res: dict) -> str:
     conf = 100 * res.get("confidence", CONFIDENCE)
     lines = [f"SmolLM2-135M perplexity on the evaluation text: {res['windows']} windows of "
              f"{res['tokens']} tokens ({res['scored_tokens']} scored); {conf:.0f} % paired "
-             f"bootstrap interval over {unit}",
+             f"bootstrap interval over {unit}{_rope_note(res)}",
              f"{'scheme':{w}}  {'ppl':>9} {'/ fp32':>8} {'interval':>19} {'verdict':>13} "
              f"{'ARR':>7} {'PRR':>7} {'time s':>7}",
              f"{'float32':{w}}  {res['float32']:9.4f} {1.0:8.5f} "
@@ -609,7 +698,8 @@ def _layer_of(module: str) -> int | None:
 def smollm2_restart_rates(taus=(0, 1, 2), *, text: str | None = None,
                           max_tokens: int = RESTART_TOKENS, block: int | None = RESTART_BLOCK,
                           critical=RESTART_CRITICAL, granularity: str = "tile",
-                          quick: bool = False) -> dict:
+                          quick: bool = False, device=None,
+                          long_context: str = "interpolate") -> dict:
     """BAPS ``e2e_hif8`` restart rates of SmolLM2 per layer and per head, for each ``tau``,
     next to the paper's Table 4 (NLP).
 
@@ -633,9 +723,14 @@ def smollm2_restart_rates(taus=(0, 1, 2), *, text: str | None = None,
         block: tile size used for ``block_q`` and ``block_k`` (default 128; ``quick``: 32).
         critical, granularity: BAPS options (default ``"first+diagonal"``, ``"tile"``).
         quick: 128 tokens, 32 x 32 tiles.
+        device: torch device of the model and the BAPS calls (None: the CPU, or wherever the
+            cached model already is).
+        long_context: windows beyond SmolLM2's trained 8192 tokens (:func:`long_context_rope`):
+            ``"interpolate"`` or ``"extrapolate"``.
 
     Returns:
-        ``{"tokens", "block", "critical", "granularity", "layers", "heads", "taus": {tau:
+        ``{"tokens", "block", "critical", "granularity", "layers", "heads", "device",
+        "long_context", "rope_factor", "taus": {tau:
         {"arr" (restarts / non-critical tiles), "prr" (largest rate of one (layer, head)),
         "tile_share" (restarts / all visited tiles, critical ones included: the paper's
         "about 5 % of cases"), "tiles", "all_tiles", "restarts", "paper_arr", "paper_prr",
@@ -652,29 +747,34 @@ def smollm2_restart_rates(taus=(0, 1, 2), *, text: str | None = None,
         max_tokens = min(max_tokens, 128)
         block = 32 if block == RESTART_BLOCK else block
     where = {"text": text, "max_tokens": max_tokens, "block": block, "critical": critical,
-             "granularity": granularity}
+             "granularity": granularity, "device": device, "long_context": long_context}
     return restart_rates_result({tau: restart_rates_at(tau, **where) for tau in taus},
                                 where)
 
 
-def _restart_setup(text, max_tokens, block, critical, granularity):
+def _restart_setup(text, max_tokens, block, critical, granularity, device=None,
+                   long_context="interpolate"):
     """``(model, ids, emulate options, result header)`` of :func:`smollm2_restart_rates`."""
-    from ..torch.models import load_model
-
-    model, tok = load_model("smollm2")
-    ids = _token_ids(tok, text, max_tokens)
+    _check_long_context(long_context)
+    model, tok = _smollm2(device)
+    ids = _token_ids(tok, text, max_tokens).to(model.lm_head.weight.device)
+    trained = int(model.config.max_position_embeddings)
     opts = {"config": "e2e_hif8", "critical": critical, "granularity": granularity}
     if block is not None:
         opts.update(block_q=block, block_k=block)
     header = {"tokens": int(ids.shape[1]), "block": block or 128, "critical": critical,
               "granularity": granularity, "layers": int(model.config.num_hidden_layers),
-              "heads": int(model.config.num_attention_heads)}
+              "heads": int(model.config.num_attention_heads),
+              "device": str(ids.device), "long_context": long_context,
+              "rope_factor": (ids.shape[1] / trained if long_context == "interpolate"
+                              and ids.shape[1] > trained else 1.0)}
     return model, ids, opts, header
 
 
 def restart_rates_at(tau, *, text: str | None = None, max_tokens: int = RESTART_TOKENS,
                      block: int | None = RESTART_BLOCK, critical=RESTART_CRITICAL,
-                     granularity: str = "tile") -> dict:
+                     granularity: str = "tile", device=None,
+                     long_context: str = "interpolate") -> dict:
     """One tau of :func:`smollm2_restart_rates` (a unit of ``lowprec study``; no ``quick``
     adjustment here): ``{"header": the result's setting, "row": the tau's entry}``."""
     import torch
@@ -682,10 +782,12 @@ def restart_rates_at(tau, *, text: str | None = None, max_tokens: int = RESTART_
     from ..torch import emulate
     from .baps import PAPER_ARR_NLP, PAPER_PRR_NLP
 
-    model, ids, opts, header = _restart_setup(text, max_tokens, block, critical, granularity)
+    model, ids, opts, header = _restart_setup(text, max_tokens, block, critical, granularity,
+                                              device, long_context)
     layers, heads = header["layers"], header["heads"]
     t0 = time.perf_counter()
-    with torch.no_grad(), emulate("baps", model=model, tau=tau, **opts) as run:
+    with torch.no_grad(), long_context_rope(model, int(ids.shape[1]), long_context), \
+            emulate("baps", model=model, tau=tau, **opts) as run:
         model.model(input_ids=ids)
     tiles = np.zeros((layers, heads), dtype=np.int64)
     restarts = np.zeros((layers, heads), dtype=np.int64)
@@ -736,7 +838,7 @@ def format_restart_table(res: dict) -> str:
     taus = list(res["taus"])
     lines = [f"BAPS Table 4 on SmolLM2-135M: e2e_hif8, {res['tokens']} tokens, "
              f"{res['block']}x{res['block']} tiles, critical={res['critical']}, "
-             f"granularity={res['granularity']} (rates in %)",
+             f"granularity={res['granularity']}{_rope_note(res)} (rates in %)",
              f"{'tau':>4} {'ARR':>7} {'paper':>7} {'PRR':>7} {'paper':>7} {'tiles %':>8} "
              f"{'fall':>6} {'paper':>6}"]
     prev = None
@@ -1018,7 +1120,8 @@ def format_hccs_minilm_kl(res: dict, per_head: bool = False) -> str:
 
 __all__ = ["minilm_cosine", "minilm_cosine_run", "minilm_cosine_result", "minilm_sentences",
            "format_minilm_cosine", "smollm2_perplexity", "perplexity_float32",
-           "perplexity_run", "perplexity_result", "restart_rates_at", "restart_rates_result",
+           "perplexity_run", "perplexity_result", "long_context_rope", "restart_rates_at",
+           "restart_rates_result",
            "format_smollm2_perplexity", "smollm2_restart_rates", "format_smollm2_restart_rates",
            "format_restart_table", "token_windows", "bootstrap_ratio", "noise_verdict",
            "resample_unit", "capture_smollm2_attention",

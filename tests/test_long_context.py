@@ -1,0 +1,84 @@
+"""Windows beyond a model's trained length (issue 15 item 4): ``long_context_rope`` and the
+``device`` / ``long_context`` options of the SmolLM2 studies."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from lowprec.studies import models as S  # noqa: E402
+
+TRAINED = 64
+
+
+def _llama():
+    cfg = transformers.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=64, vocab_size=100,
+                                   max_position_embeddings=TRAINED,
+                                   attn_implementation="sdpa")
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def _linear_scaled(factor: float):
+    """The same model built with transformers' own linear RoPE scaling (an independent route
+    to position interpolation)."""
+    m = _llama()
+    cfg = m.config
+    cfg.rope_parameters = {**cfg.rope_parameters, "rope_type": "linear", "factor": factor}
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def test_interpolation_equals_transformers_linear_rope():
+    """Beyond the trained length, "interpolate" divides the inverse frequencies by L / trained:
+    the logits equal those of the model configured with ``rope_type="linear"``, and the
+    frequencies are restored on exit."""
+    L = 4 * TRAINED
+    m = _llama()
+    ids = torch.randint(0, 100, (1, L), generator=torch.Generator().manual_seed(1))
+    inv0 = m.model.rotary_emb.inv_freq.clone()
+    with torch.no_grad():
+        plain = m(ids).logits
+        with S.long_context_rope(m, L, "interpolate") as f:
+            assert f == 4.0
+            assert torch.equal(m.model.rotary_emb.inv_freq, inv0 / 4)
+            ours = m(ids).logits
+        ref = _linear_scaled(4.0)(ids).logits
+    assert torch.equal(m.model.rotary_emb.inv_freq, inv0)
+    assert (ours - ref).abs().max() < 1e-5
+    assert (ours - plain).abs().max() > 1e-4  # the interpolation changed the logits
+
+
+@pytest.mark.parametrize("L, mode", [(TRAINED, "interpolate"), (4 * TRAINED, "extrapolate")])
+def test_left_alone(L, mode):
+    """Within the trained length, or with "extrapolate", nothing changes."""
+    m = _llama()
+    inv0 = m.model.rotary_emb.inv_freq.clone()
+    with S.long_context_rope(m, L, mode) as f:
+        assert f == 1.0
+        assert torch.equal(m.model.rotary_emb.inv_freq, inv0)
+
+
+def test_restored_after_an_error():
+    m = _llama()
+    inv0 = m.model.rotary_emb.inv_freq.clone()
+    with pytest.raises(KeyError), S.long_context_rope(m, 3 * TRAINED):
+        raise KeyError("inside")
+    assert torch.equal(m.model.rotary_emb.inv_freq, inv0)
+
+
+@pytest.mark.parametrize("bad", ["linear", None, ""])
+def test_bad_mode(bad):
+    with pytest.raises(ValueError, match="long_context"), \
+            S.long_context_rope(_llama(), 10, bad):
+        pass
+    with pytest.raises(ValueError, match="long_context"):
+        S.perplexity_float32(max_tokens=16, windows=1, long_context=bad)
+
+
+def test_rope_note():
+    assert S._rope_note({"rope_factor": 1.0}) == ""
+    assert "interpolated by 4" in S._rope_note({"rope_factor": 4.0})
