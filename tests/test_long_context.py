@@ -82,3 +82,24 @@ def test_bad_mode(bad):
 def test_rope_note():
     assert S._rope_note({"rope_factor": 1.0}) == ""
     assert "interpolated by 4" in S._rope_note({"rope_factor": 4.0})
+
+
+def test_sdpa_without_gqa_same_attention():
+    """The repeated-heads route (entered for a CUDA device; the mode itself runs on CPU
+    tensors here) gives torch's GQA attention, equal to the explicitly repeated call; for a
+    CPU device nothing changes."""
+    import torch.nn.functional as F
+
+    q = torch.randn(1, 4, 8, 16, dtype=torch.float64)
+    k, v = torch.randn(2, 1, 2, 8, 16, dtype=torch.float64)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    kr, vr = (t.repeat_interleave(2, dim=-3) for t in (k, v))
+    rep = F.scaled_dot_product_attention(q, kr, vr, is_causal=True)
+    with S._sdpa_without_gqa("cuda"):
+        routed = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        plain = F.scaled_dot_product_attention(q, kr, vr, is_causal=True)
+    assert torch.equal(routed, rep) and torch.equal(plain, rep)
+    assert torch.allclose(routed, ref, rtol=0, atol=1e-12)
+    with S._sdpa_without_gqa("cpu"):
+        same = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert torch.equal(same, ref)

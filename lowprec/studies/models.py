@@ -376,6 +376,36 @@ def long_context_rope(model, tokens: int, long_context: str = "interpolate"):
         rot.inv_freq.copy_(saved)
 
 
+@contextlib.contextmanager
+def _sdpa_without_gqa(device):
+    """On a CUDA device, torch's SDPA calls with ``enable_gqa=True`` run with the key/value heads
+    repeated instead (the same attention; transformers' own ``repeat_kv`` route): in float32,
+    torch serves ``enable_gqa`` with its math backend only, whose ``(heads, L, L)`` scores need
+    36 GiB for SmolLM2 at 32k tokens, while the memory-efficient kernel takes the repeated
+    heads in O(L).  Elsewhere nothing changes."""
+    import torch
+
+    if torch.device(device).type != "cuda":
+        yield
+        return
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    class RepeatKV(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func is F.scaled_dot_product_attention and kwargs.get("enable_gqa"):
+                q, k, v, *rest = args
+                rep = q.shape[-3] // k.shape[-3]
+                k, v = (t.repeat_interleave(rep, dim=-3) for t in (k, v))
+                kwargs["enable_gqa"] = False
+                return func(q, k, v, *rest, **kwargs)
+            return func(*args, **kwargs)
+
+    with RepeatKV():
+        yield
+
+
 def _token_nll(model, ids, chunk: int = 512) -> np.ndarray:
     """Next-token negative log-likelihoods ``(n - 1,)`` (float64) of one causal window, computed
     on the model's device.
@@ -569,17 +599,22 @@ def perplexity_float32(*, text: str | None = None, max_tokens: int = SMOLLM2_TOK
                        windows: int | None = PPL_WINDOWS, device=None,
                        long_context: str = "interpolate") -> dict:
     """The float32 run of :func:`smollm2_perplexity` (a unit of ``lowprec study``):
-    ``{"nll": [per-token NLL array per window], "seconds", "device", "rope_factor"}``."""
+    ``{"nll": [per-token NLL array per window], "seconds", "device", "rope_factor"}``.  On a
+    GPU, torch's SDPA gets the key/value heads repeated rather than ``enable_gqa``
+    (:func:`_sdpa_without_gqa`: its memory-efficient kernel instead of an L x L float32
+    matrix)."""
     import torch
 
     _check_long_context(long_context)
     model = _smollm2(device)[0]
     wins = _windows(text, max_tokens, windows)
     t0 = time.perf_counter()
-    with torch.no_grad(), long_context_rope(model, max_tokens, long_context) as factor:
+    dev = model.lm_head.weight.device
+    with torch.no_grad(), long_context_rope(model, max_tokens, long_context) as factor, \
+            _sdpa_without_gqa(dev):
         base = [_token_nll(model, w) for w in wins]
     return {"nll": base, "seconds": time.perf_counter() - t0,
-            "device": str(model.lm_head.weight.device), "rope_factor": factor}
+            "device": str(dev), "rope_factor": factor}
 
 
 def perplexity_run(scheme: str, opts: dict, *, text: str | None = None,
