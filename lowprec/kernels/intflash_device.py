@@ -44,7 +44,7 @@ import numpy as np
 
 from ._fp_device import exp2_f32
 from ._int8 import FINITE_WHY
-from .device_rows import DeviceProblem, chunks, codes, row_amax
+from .device_rows import DeviceProblem, chunks, codes, fused_kernels, row_amax
 from .intflash import (
     _C_F16_OVF,
     _C_RESCALES,
@@ -102,7 +102,11 @@ def quantize_rows(x, scale_dtype: str):
 class _Inputs:
     """The quantized inputs of a call on the device (``intflash.quantize_inputs``)."""
 
-    def __init__(self, dp: DeviceProblem, scope: str, half: bool, scale_dtype: str):
+    def __init__(self, dp: DeviceProblem, scope: str, half: bool, scale_dtype: str,
+                 per_head_v: bool = False):
+        """``per_head_v`` (calls without a mask: every key takes part): v's codes once per
+        stored head, ``v8h`` (float64 ``(Bk, Lk, dv)``), read by index as q's heads are;
+        ``vh`` (half) stays float16."""
         import torch
 
         self.dp, self.half, self.scale_dtype = dp, half, scale_dtype
@@ -129,9 +133,13 @@ class _Inputs:
             vh = dp.v.to(torch.float16)
             if bool(torch.isinf(vh).any()):
                 raise ValueError("v does not fit float16 (|v| > 65504) for variant 'half'")
-            self.vh = vh.float()
+            self.vh = vh if per_head_v else vh.float()
             sv = torch.zeros(B, dtype=torch.float32, device=dev)
             satv = 0
+        elif per_head_v:
+            c, s, n = quantize_rows(dp.v.reshape(dp.v.shape[0], -1), scale_dtype)
+            self.v8h = c.reshape(dp.v.shape)
+            sv, satv = s[dp.kv], n[dp.kv].sum()
         else:
             sv, satv = self._v_scales()
         self.sv = sv
@@ -295,6 +303,8 @@ def intflash(dp: DeviceProblem, return_stats: bool, block_q: int = BLOCK_Q_DEFAU
     Br, Bc, scope = intflash_options(dp, block_q, block_k, variant, scale_dtype, scale_scope)
     half = variant == "half"
     dev = dp.device
+    if _fused_ok(dp, Bc):
+        return _fused(dp, return_stats, Br, Bc, half, scale_dtype, scope)
     qi = _Inputs(dp, scope, half, scale_dtype)
     c32 = _const(float(score_unit(dp.scale)), torch.float32, dev)
     p8tab = torch.from_numpy(_P8.astype(np.float64)).to(dev)
@@ -309,4 +319,49 @@ def intflash(dp: DeviceProblem, return_stats: bool, block_q: int = BLOCK_Q_DEFAU
     return out, _stats(cnt.cpu().numpy(), qi.saturated)
 
 
-__all__ = ["intflash", "quantize_rows", "IntFlashStats"]
+def _fused_ok(dp: DeviceProblem, block_k: int) -> bool:
+    """Whether the fused Triton kernel (:mod:`lowprec.gpu.intflash_kernel`) computes the call:
+    no mask, ``block_k <= 256``, a non-empty call (:func:`~.device_rows.fused_kernels`)."""
+    from ..gpu.intflash_kernel import BLOCK_K_MAX
+
+    return (dp.mask is None and block_k <= BLOCK_K_MAX and dp.B * dp.Lq * dp.Lk > 0
+            and fused_kernels(dp))
+
+
+def tile_counts(Lq: int, Lk: int, Br: int, Bc: int, causal: bool) -> tuple[int, int]:
+    """``(tiles, skipped)`` of one entry without a mask: the (query tile, key tile) pairs the
+    CPU's loop computes and those its causal break skips (a key tile counts when its first
+    key is visible to the query tile's last row)."""
+    nq, nk = -(-Lq // Br), -(-Lk // Bc)
+    if not causal:
+        return nq * nk, 0
+    last = np.minimum(np.arange(1, nq + 1) * Br, Lq) - 1 + (Lk - Lq)
+    tiles = int(np.where(last < 0, 0, np.minimum(nk, last // Bc + 1)).sum())
+    return tiles, nq * nk - tiles
+
+
+def _fused(dp: DeviceProblem, return_stats: bool, Br: int, Bc: int, half: bool,
+           scale_dtype: str, scope: str):
+    """A call without a mask in one kernel (:func:`lowprec.gpu.intflash_kernel.intflash_rows`):
+    the quantization of :class:`_Inputs` with v's codes per stored head (every key takes
+    part), the tile counts from the shape."""
+    import torch
+
+    from ..gpu.intflash_kernel import intflash_rows
+
+    qi = _Inputs(dp, scope, half, scale_dtype, per_head_v=True)
+    i8 = torch.int8
+    v = qi.vh.contiguous() if half else qi.v8h.to(i8).contiguous()
+    out, rc = intflash_rows(qi.q8.to(i8).contiguous(), qi.sq.contiguous(),
+                            qi.k8.to(i8).contiguous(), qi.sk.contiguous(), v,
+                            qi.sv.contiguous(), dp.kv.contiguous(), float(score_unit(dp.scale)),
+                            causal=dp.causal, block_k=Bc, half=half)
+    if not return_stats:
+        return out, None
+    cnt = np.zeros((dp.B, _NCOUNT), dtype=np.int64)
+    cnt[:, _C_TILES], cnt[:, _C_SKIPPED] = tile_counts(dp.Lq, dp.Lk, Br, Bc, dp.causal)
+    cnt[:, [_C_RESCALES, _C_F16_OVF]] = rc.sum(dim=1, dtype=torch.int64).cpu().numpy()
+    return out, _stats(cnt, qi.saturated)
+
+
+__all__ = ["intflash", "quantize_rows", "IntFlashStats", "tile_counts"]
