@@ -17,10 +17,11 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
 import triton.language as tl  # noqa: E402
-from test_attention_device_rows import DEVICE, both, qkv  # noqa: E402
+from test_attention_device_rows import DEVICE, both, on_device, qkv  # noqa: E402
 
 import lowprec.gpu.intflash_kernel as ik  # noqa: E402
 from lowprec.gpu._tiles import seq_dot  # noqa: E402
+from lowprec.gpu.engine import _round_f16  # noqa: E402
 from lowprec.kernels import device_rows as drows  # noqa: E402
 from lowprec.kernels import intflash_device as fdev  # noqa: E402
 
@@ -66,12 +67,31 @@ def test_fused_equals_cpu(case, fused_calls):
         assert d["total_skipped_tiles"] > 0
 
 
-def test_fused_fp16_overflow(fused_calls):
-    """Outputs beyond float16 (the ``fp16_overflows`` counter), default options."""
+def test_fused_hazards(fused_calls):
+    """Outputs beyond float16 (``fp16_overflows``) and codes saturated by subnormal scales
+    (rows of q, keys and a v head of tiny values), default options; a call without
+    statistics gives the same outputs."""
+    import lowprec as lp
+    from lowprec.kernels import get_scheme
+    from lowprec.kernels.device import attention_device
+
     q, k, v = qkv(Z=1, Hq=2, Hkv=1, Lq=48, Lk=80, d=16, dv=16, seed=9)
+    q[..., :3, :] *= 1e-43
+    k[..., 5:9, :] *= 1e-43
     st = both(q, k, v * 1e5, "intflash", causal=True)[1]
-    assert st.to_dict()["total_fp16_overflows"] > 0
-    assert len(fused_calls) == 1
+    d = st.to_dict()
+    assert d["total_fp16_overflows"] > 0 and min(d["saturated"][0][:2]) > 0
+    v = v * 1e-43
+    v[0, 0, 0, 0] = 290 * 2.0**-149  # s_v = fl32(290 / 127) = 2 units: code 145 saturates
+    st = both(q, k, v, "intflash", block_k=32)[1]
+    assert st.to_dict()["saturated"][0][2] > 0
+    assert len(fused_calls) == 2
+    with on_device():
+        a = attention_device(get_scheme("intflash"), q.to(DEVICE), k.to(DEVICE), v.to(DEVICE),
+                             return_stats=False, options=dict(block_k=32), gqa=True)
+    b = lp.attention(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1),
+                     "intflash", block_k=32)
+    assert torch.equal(a.cpu().view(torch.int32), b.view(torch.int32))
 
 
 def test_fused_equals_torch_path(monkeypatch):
@@ -161,6 +181,29 @@ def test_exp2_kernel_reads_the_table():
     want = np.array([exp2_f32(np.float32(t)) for t in x[~flagged]], dtype=np.float32)
     g = got[~flagged]
     assert ((g.view(np.uint32) == want.view(np.uint32)) | (np.isnan(g) & np.isnan(want))).all()
+
+
+@triton.jit
+def _round_f16_kernel(X, O, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    tl.store(O + r, _round_f16(tl.load(X + r)))
+
+
+def test_round_f16_signs():
+    """The kernels' float16 rounding (``engine._round_f16``) equals the CPU's ``round_f16``
+    on the bits, signs of zero included: a tiny negative rounds to -0, -0 itself to +0 (the
+    CPU's ``-r if x < 0 else r``; an output ``fp32(acc / l) = -0`` of ``intflash``)."""
+    from lowprec.kernels._fp import round_f16
+
+    x = np.array([0.0, -0.0, 1e-30, -1e-30, 2.0**-25, -(2.0**-25), 1.5 * 2.0**-24,
+                  -1.5 * 2.0**-24, -(2.0**-14), 65519.0, -65520.0, 1.0 / 3, -np.inf, np.nan,
+                  -1.401298464324817e-45] + [0.0] * 17, dtype=np.float32)
+    o = torch.empty(32, device=DEVICE)
+    _round_f16_kernel[(1,)](torch.from_numpy(x).to(DEVICE), o, BLOCK=32)
+    want = np.array([round_f16(t) for t in x], dtype=np.float32)
+    got = o.cpu().numpy()
+    assert np.array_equal(got.view(np.uint32)[:13], want.view(np.uint32)[:13])
+    assert np.isnan(got[13]) and got.view(np.uint32)[14] == want.view(np.uint32)[14] == 1 << 31
 
 
 @triton.jit
