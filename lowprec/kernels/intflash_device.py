@@ -30,6 +30,16 @@ construction.  Statistics per (entry, query tile, key tile) from the visibility 
 skipped when none of its keys is visible to any of its rows), the rescales and float16
 overflows per row, summed per entry.
 
+Calls without a mask (``block_k <= 256``, CUDA tensors or Triton's interpreter:
+:func:`_fused_ok`) run all of this for every row in one Triton kernel instead
+(:mod:`lowprec.gpu.intflash_kernel`, the same steps; the exp2 of :mod:`lowprec.gpu.exp2f`, the
+sequential sums as FMA dots of exact products): int8 codes in one pass, v's once per stored
+head (every key takes part), the tile counts from the shape (:func:`tile_counts`).
+
+The CPU's float16 rounding of the output takes its sign from ``x < 0``: ``fp32(acc / l) = -0``
+(possible with subnormal v scales) gives ``+0``, a tiny negative ``-0``; torch's cast keeps
+``-0``, so zeros are made ``+0`` after it.
+
 Not mirrored: the CPU's row maximum over NaN on the bits (the NaN of ``inf * 0`` from scores
 overflowing float32, inputs beyond ~1e18) takes x86's negative NaN as smallest; a CPU whose NaN
 is positive (ARM) would differ there, and so does nothing here but the ``rescales`` count of
