@@ -149,7 +149,7 @@ import json, re, sys
 sys.path.insert(0, "scripts")
 from gpu_ptx_check import FORBIDDEN, _compile
 from lowprec.gpu.exp2f import _exp2_kernel
-from lowprec.gpu.intflash_kernel import _intflash_kernel
+from lowprec.gpu.intflash_kernel import _intflash_kernel, launch_config
 
 def scan(ptx):
     lines = [ln.strip() for ln in ptx.splitlines()]
@@ -180,10 +180,11 @@ sig = {"Q8": "*i8", "K8": "*i8", "V": "*i8", "KV": "*i64", "SQ": "*fp32", "SK": 
 rep = []
 for causal in (False, True):
     for half in (False, True):
-        c = dict(CAUSAL=causal, HALF=half, BM=64, BN=32, BD=32, BDV=16)
-        ptx = _compile(_intflash_kernel, dict(sig, V="*fp16" if half else "*i8"), c, 4,
+        bm, sub, warps = launch_config(half)
+        c = dict(CAUSAL=causal, HALF=half, BM=bm, SUB=sub, BD=32, BDV=32)
+        ptx = _compile(_intflash_kernel, dict(sig, V="*fp16" if half else "*i8"), c, warps,
                        num_stages=1)
-        rep.append(dict(scan(ptx), c=c))
+        rep.append(dict(scan(ptx), c=c, threads=32 * warps))
 print(json.dumps({"exp2": one, "kernel": rep}))
 """
 
@@ -192,8 +193,9 @@ def test_intflash_kernel_compiles_to_clean_ptx():
     """Every constexpr variant of the INT-FlashAttention kernel (causal x full/half) and its
     exp2 alone: nothing forbidden but libdevice's double ``exp2`` (its ``fma.rn.f64``
     polynomial and ``.ftz`` range test: the same count per exp2 as in the exp2 kernel) and
-    the sequential dots' ``fma.rn.f32`` (exactly one per product of ``seq_dot``: the row
-    sums' ``BM x BN x 16`` and half's ``BM x BN x BDV``, all of exact products); IEEE or
+    the sequential dots' ``fma.rn.f32`` (exactly one per product of ``seq_dot`` in a key
+    sub-tile: the row sums' ``BM x SUB x 16`` and half's ``BM x SUB x BDV``, all of exact
+    products); IEEE or
     integer divisions; the integer GEMMs on int8 tensor cores and no float tensor-core
     product."""
     rep = _ptx_report(_IF_SCRIPT)
@@ -204,7 +206,7 @@ def test_intflash_kernel_compiles_to_clean_ptx():
         c = r["c"]
         assert r["bad"] == [], r
         assert r["exp2"] > 0 and r["fma64"] == r["exp2"] * one["fma64"], r
-        per = c["BM"] * c["BN"] * (16 + (c["BDV"] if c["HALF"] else 0))
-        assert r["fma32"] == per // 128, r
+        per = c["BM"] * c["SUB"] * (16 + (c["BDV"] if c["HALF"] else 0))
+        assert r["fma32"] == per // r["threads"], r
         assert set(r["div"]) <= {"div.rn.f32", "div.s32"}, r
         assert r["imma"] >= (1 if c["HALF"] else 2) and r["float_mma"] == [], r

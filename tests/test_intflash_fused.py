@@ -1,8 +1,8 @@
 """The fused INT-FlashAttention kernel (``lowprec.gpu.intflash_kernel``, the device path of
 ``intflash`` without a mask) equals the CPU path bit for bit, statistics included: both
 variants, causal with ``Lq < Lk`` and ``Lq > Lk`` (rows that see no key), partial key tiles,
-``block_k`` not a power of two and above 128 (the 32-row blocks), ``block_q`` that only the
-tile counts see, ``scale_dtype="float16"``, GQA read by index, float16 overflows of the
+``block_k`` not a power of two and above 128 (several key sub-tiles), ``block_q`` that only
+the tile counts see, ``scale_dtype="float16"``, GQA read by index, float16 overflows of the
 output.  Its float32 exp2 (``lowprec.gpu.exp2f``) equals the CPU's on every input of the
 near-boundary table, their neighbours, the range ends and random inputs, and reads the table
 exactly where it must; the interpreter's sequential dot sums in order.  Without a GPU the
@@ -109,7 +109,7 @@ def test_fused_equals_torch_path(monkeypatch):
             with monkeypatch.context() as mp:
                 mp.setattr(drows, "FUSED_ON_INTERPRETER", False)
                 if DEVICE == "cuda":
-                    mp.setattr(fdev, "_fused_ok", lambda dp, bk: False)
+                    mp.setattr(fdev, "_fused_ok", lambda dp: False)
                 b = lp.attention(q, k, v, "intflash", **kw)
         assert torch.equal(a[0].view(torch.int16), b[0].view(torch.int16))
         assert a[1].to_dict() == b[1].to_dict()
@@ -212,7 +212,7 @@ def _seq_dot_kernel(A, B, O):
     kk = tl.arange(0, 32)
     a = tl.load(A + r[:, None] * 32 + kk[None, :])
     b = tl.load(B + kk[:, None] * 16 + r[None, :])
-    tl.store(O + r[:, None] * 16 + r[None, :], seq_dot(a, b))
+    tl.store(O + r[:, None] * 16 + r[None, :], seq_dot(a, b, tl.zeros([16, 16], tl.float32)))
 
 
 def test_sequential_interpreter_dots():

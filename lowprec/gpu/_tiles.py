@@ -36,15 +36,16 @@ def scores(q, K8, b, Lk, D, cols, colok, offs_d):
 
 
 @triton.jit
-def seq_dot(a, b):
-    """float32 ``a @ b`` with every output summed in the CPU's order, ``acc = 0; acc =
+def seq_dot(a, b, acc):
+    """float32 ``acc + a @ b`` with every output summed in the CPU's order, ``acc =
     fl(acc + a[:, k] b[k, :])`` for ``k`` ascending, provided every product is exact in
     float32 (specs/gpu.md section 3): ``input_precision="ieee"`` lowers the dot to FMAs on
-    the GPU, one per product, k ascending from the zero accumulator, and an FMA of an exact
-    product is the unfused multiply-add.  (A row sum of ``a`` is ``seq_dot(a, ones)``.)  The
-    interpreter's dot is NumPy's matmul, in BLAS order: launch under
-    :func:`sequential_interpreter_dots`."""
-    return tl.dot(a, b, input_precision="ieee")
+    the GPU, one per product, k ascending from the given accumulator (Triton's
+    ``parametricConvertFMADot``), and an FMA of an exact product is the unfused multiply-add;
+    chained over chunks of k it continues the same sequence.  (A row sum of ``a`` is
+    ``seq_dot(a, ones, 0)``.)  The interpreter's dot is NumPy's matmul, in BLAS order: launch
+    under :func:`sequential_interpreter_dots`."""
+    return tl.dot(a, b, acc, input_precision="ieee")
 
 
 @contextlib.contextmanager

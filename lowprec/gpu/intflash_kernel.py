@@ -23,13 +23,15 @@ correctly rounded float32 operation in the CPU's order (launched with
     O     = f16(fp32(acc / l)), NaN for a row that saw no key
 
 The two sequential sums are :func:`~._tiles.seq_dot` (``tl.dot`` with
-``input_precision="ieee"``: FMAs, k ascending from zero, specs/gpu.md section 3; under the
-interpreter the launch runs inside :func:`~._tiles.sequential_interpreter_dots`, which sums in
-that order and checks that every product is exact).  A key tile occupies the first
-``block_k`` of ``BN`` (a power of two) lanes; keys past ``Lk`` and lanes past ``block_k`` take
-no part.  Per row the kernel counts the rescales (a finite running max that grew) and the
-float16 overflows of the output; the tile counts follow from the shape alone (the caller's).
-PTX: ``tests/test_device_rows_ptx.py``.
+``input_precision="ieee"``: FMAs, k ascending from the accumulator, specs/gpu.md section 3;
+under the interpreter the launch runs inside :func:`~._tiles.sequential_interpreter_dots`,
+which sums in that order and checks that every product is exact).  A key tile of
+``block_k`` keys is walked in sub-tiles of ``SUB`` keys (a power of two; keys past ``Lk`` and
+lanes past ``block_k`` take no part), twice: the row maximum first, then ``p`` and the sums,
+whose dots chain from one sub-tile to the next (the scores are recomputed; the registers of a
+whole tile's float64 exp2 would spill).  Per row the kernel counts the rescales (a finite
+running max that grew) and the float16 overflows of the output; the tile counts follow from
+the shape alone (the caller's).  PTX: ``tests/test_device_rows_ptx.py``.
 """
 
 from __future__ import annotations
@@ -46,9 +48,6 @@ from .engine import _round_f16
 from .exp2f import exp2_f32, near_table
 
 _F127 = tl.constexpr(127.0)
-#: the largest ``block_k`` the fused kernel takes (the authors autotune 32..256); larger tiles
-#: keep the torch-operations path
-BLOCK_K_MAX = 256
 
 
 @triton.jit
@@ -60,19 +59,31 @@ def _p8_of(p):
     return tl.where(r == r, r, 0.0).to(tl.int32)
 
 
+@triton.jit
+def _y(q, K8, SK, kvb, Lk, D, cols, real, offs_d, sq, c):
+    """``Y = fp32(fp32(fp32(fp32(S) s_q) s_k) c)`` of the rows ``q`` against keys ``cols``
+    (the exact int8 scores; keys outside ``real`` score 0 and are masked by the caller)."""
+    s = scores(q, K8, kvb, Lk, D, cols, real, offs_d)
+    sk = tl.load(SK + kvb * Lk + cols, mask=real, other=0.0)
+    return ((s.to(tl.float32) * sq[:, None]) * sk[None, :]) * c
+
+
 @triton.jit(do_not_specialize=("c_bits",))
 def _intflash_kernel(Q8, K8, V, KV, SQ, SK, SV, KEYS, VALS, OUT, CNT, Lq, Lk, D, DV, shift,
                      bk, nk, c_bits, CAUSAL: tl.constexpr, HALF: tl.constexpr,
-                     BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
+                     BM: tl.constexpr, SUB: tl.constexpr, BD: tl.constexpr,
                      BDV: tl.constexpr):
     """Rows ``BM`` of entry ``b``: ``OUT[b, rows]`` float32 (float16 values),
     ``CNT[b, rows, 0:2]`` int32 (rescales, float16 overflows).  q8 ``(B, Lq, D)`` and its
     scales ``SQ (B, Lq)``; k8 ``(Bk, Lk, D)``, ``SK (Bk, Lk)`` and V (int8 codes, or float16
-    values for ``HALF``) ``(Bk, Lk, DV)`` of the stored head ``KV[b]``; ``SV (B,)``."""
+    values for ``HALF``) ``(Bk, Lk, DV)`` of the stored head ``KV[b]``; ``SV (B,)``.  A key
+    tile of ``bk`` keys is walked in sub-tiles of ``SUB`` keys, twice: its row maximum, then
+    ``p``, ``l_t`` and ``T`` (the scores are recomputed: int8 GEMMs are cheap, registers
+    are not; the sequential sums chain their dots from sub-tile to sub-tile)."""
     b = tl.program_id(1)
     r0 = tl.program_id(0) * BM
     offs_m = r0 + tl.arange(0, BM)
-    lanes = tl.arange(0, BN)
+    sl = tl.arange(0, SUB)
     offs_d = tl.arange(0, BD)
     offs_v = tl.arange(0, BDV)
     rok = offs_m < Lq
@@ -91,36 +102,52 @@ def _intflash_kernel(Q8, K8, V, KV, SQ, SK, SV, KEYS, VALS, OUT, CNT, Lq, Lk, D,
         sv = 0.0
     else:
         sv = tl.load(SV + b)
+    nsub = (bk + SUB - 1) // SUB
     # a column of ones (and zeros beside it: a dot needs N >= 16) for the row sums
-    ones = tl.where(tl.arange(0, 16)[None, :] == 0, 1.0, 0.0) + tl.zeros([BN, 16], tl.float32)
+    ones = tl.where(tl.arange(0, 16)[None, :] == 0, 1.0, 0.0) + tl.zeros([SUB, 16], tl.float32)
     vrow = kvb * Lk * DV
     m = tl.full([BM], float("-inf"), tl.float32)
     lsum = tl.full([BM], 1.0, tl.float32)
     acc = tl.zeros([BM, BDV], dtype=tl.float32)
     resc = tl.zeros([BM], dtype=tl.int32)
     for t in range(0, t_end):
-        cols = t * bk + lanes
-        real = (lanes < bk) & (cols < Lk)
-        s = scores(q, K8, kvb, Lk, D, cols, real, offs_d)
-        sk = tl.load(SK + kvb * Lk + cols, mask=real, other=0.0)
-        y = ((s.to(tl.float32) * sq[:, None]) * sk[None, :]) * c
-        incl = real[None, :] & (cols[None, :] <= lim[:, None])
-        rmax = tl.max(tl.where(incl & (y == y), y, float("-inf")), axis=1)
+        j0 = t * bk
+        rmax = tl.full([BM], float("-inf"), tl.float32)
+        for u in range(0, nsub):  # the tile's row maximum (order-free; NaN ignored)
+            lane = u * SUB + sl
+            cols = j0 + lane
+            real = (lane < bk) & (cols < Lk)
+            y = _y(q, K8, SK, kvb, Lk, D, cols, real, offs_d, sq, c)
+            incl = real[None, :] & (cols[None, :] <= lim[:, None])
+            ymax = tl.max(tl.where(incl & (y == y), y, float("-inf")), axis=1)
+            rmax = tl.where(ymax > rmax, ymax, rmax)
         upd = rmax != float("-inf")  # rows this tile updates
         mn = tl.where(rmax > m, rmax, m)
-        p = tl.where(incl & upd[:, None], exp2_f32(y - mn[:, None], KEYS, VALS), 0.0)
-        lt = tl.sum(seq_dot(p, ones), axis=1)  # column 0: the sum, the others 0
+        lt = tl.zeros([BM, 16], dtype=tl.float32)  # column 0: the sum, the others 0
+        if HALF:
+            T = tl.zeros([BM, BDV], dtype=tl.float32)
+        else:
+            ti = tl.zeros([BM, BDV], dtype=tl.int32)
+        for u in range(0, nsub):
+            lane = u * SUB + sl
+            cols = j0 + lane
+            real = (lane < bk) & (cols < Lk)
+            y = _y(q, K8, SK, kvb, Lk, D, cols, real, offs_d, sq, c)
+            incl = real[None, :] & (cols[None, :] <= lim[:, None])
+            p = tl.where(incl & upd[:, None], exp2_f32(y - mn[:, None], KEYS, VALS), 0.0)
+            lt = seq_dot(p, ones, lt)
+            if HALF:
+                vp = V + vrow + cols[:, None].to(tl.int64) * DV + offs_v[None, :]
+                vt = tl.load(vp, mask=real[:, None] & (offs_v[None, :] < DV), other=0.0)
+                T = seq_dot(_round_f16(p), vt.to(tl.float32), T)
+            else:
+                v8 = kv_tile(V, kvb, Lk, DV, cols, real, offs_v)
+                ti = tl.dot(_p8_of(p).to(tl.int8), v8, ti, out_dtype=tl.int32)
+        if not HALF:
+            T = tl.math.div_rn(ti.to(tl.float32) * sv, tl.full([BM, BDV], 127.0, tl.float32))
         alpha = exp2_f32(m - mn, KEYS, VALS)
         resc += (upd & (m != float("-inf")) & (mn != m)).to(tl.int32)
-        if HALF:
-            vp = V + vrow + cols[:, None].to(tl.int64) * DV + offs_v[None, :]
-            vt = tl.load(vp, mask=real[:, None] & (offs_v[None, :] < DV), other=0.0)
-            T = seq_dot(_round_f16(p), vt.to(tl.float32))
-        else:
-            v8 = kv_tile(V, kvb, Lk, DV, cols, real, offs_v)
-            ti = tl.dot(_p8_of(p).to(tl.int8), v8, out_dtype=tl.int32)
-            T = tl.math.div_rn(ti.to(tl.float32) * sv, tl.full([BM, BDV], 127.0, tl.float32))
-        lsum = tl.where(upd, (lsum * alpha) + lt, lsum)
+        lsum = tl.where(upd, (lsum * alpha) + tl.sum(lt, axis=1), lsum)
         acc = tl.where(upd[:, None], (acc * alpha[:, None]) + T, acc)
         m = mn
 
@@ -140,6 +167,15 @@ def _intflash_kernel(Q8, K8, V, KV, SQ, SK, SV, KEYS, VALS, OUT, CNT, Lq, Lk, D,
     tl.store(cp + 1, ovf, mask=rok)
 
 
+def launch_config(half: bool) -> tuple[int, int, int]:
+    """``(BM, SUB, num_warps)``: 64 rows a program, key sub-tiles of 32 (full; its int8
+    ``P8 v8`` dot needs K >= 32) or 16 (half: the FMA dot holds ``SUB`` values of each
+    operand row and column per thread), 8 warps.  Chosen from ptxas's register report for
+    sm_90 (d = dv = 128: 255 registers, spills of 0.1-0.2 KB, against 0.5-3 KB with 4 warps
+    or wider sub-tiles); not yet timed on a GPU."""
+    return (64, 16, 8) if half else (64, 32, 8)
+
+
 def intflash_rows(q8, sq, k8, sk, v, sv, kv, c: float, *, causal: bool, block_k: int,
                   half: bool):
     """Run the kernel.
@@ -150,7 +186,8 @@ def intflash_rows(q8, sq, k8, sk, v, sv, kv, c: float, *, causal: bool, block_k:
             dv)``; sv: float32 ``(B,)`` (unused for half); kv: int64 ``(B,)``, the stored
             head of each entry; contiguous, on one device.
         c: ``score_unit(scale)`` (a float32 value).
-        causal, block_k, half: the call's mask and options (``block_k <= BLOCK_K_MAX``).
+        causal, block_k, half: the call's mask and options (any ``block_k`` the CPU takes:
+            its int32 ``P8 v8`` tile sums cannot wrap).
 
     Returns:
         ``(out float32 (B, Lq, dv) holding float16 values, counters int32 (B, Lq, 2))``:
@@ -164,8 +201,7 @@ def intflash_rows(q8, sq, k8, sk, v, sv, kv, c: float, *, causal: bool, block_k:
     cnt = torch.zeros((B, Lq, 2), dtype=torch.int32, device=q8.device)
     if B == 0 or Lq == 0:
         return out, cnt
-    bn = pow2(block_k, 32)
-    bm = 64 if bn <= 128 else 32
+    bm, sub, warps = launch_config(half)
     nk = -(-Lk // block_k)
     keys, vals = near_table(q8.device)
     c_bits = int(np.float32(c).view(np.int32))
@@ -173,9 +209,9 @@ def intflash_rows(q8, sq, k8, sk, v, sv, kv, c: float, *, causal: bool, block_k:
     with device_guard(q8), seq:
         _intflash_kernel[(triton.cdiv(Lq, bm), B)](
             q8, k8, v, kv, sq, sk, sv, keys, vals, out, cnt, Lq, Lk, d, dv, Lk - Lq,
-            block_k, nk, c_bits, CAUSAL=bool(causal), HALF=bool(half), BM=bm, BN=bn,
-            BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=4, num_stages=1, **LAUNCH_OPTS)
+            block_k, nk, c_bits, CAUSAL=bool(causal), HALF=bool(half), BM=bm, SUB=sub,
+            BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=warps, num_stages=1, **LAUNCH_OPTS)
     return out, cnt
 
 
-__all__ = ["intflash_rows", "BLOCK_K_MAX"]
+__all__ = ["intflash_rows", "launch_config"]

@@ -30,11 +30,11 @@ construction.  Statistics per (entry, query tile, key tile) from the visibility 
 skipped when none of its keys is visible to any of its rows), the rescales and float16
 overflows per row, summed per entry.
 
-Calls without a mask (``block_k <= 256``, CUDA tensors or Triton's interpreter:
-:func:`_fused_ok`) run all of this for every row in one Triton kernel instead
-(:mod:`lowprec.gpu.intflash_kernel`, the same steps; the exp2 of :mod:`lowprec.gpu.exp2f`, the
-sequential sums as FMA dots of exact products): int8 codes in one pass, v's once per stored
-head (every key takes part), the tile counts from the shape (:func:`tile_counts`).
+Calls without a mask (CUDA tensors or Triton's interpreter: :func:`_fused_ok`) run all of
+this for every row in one Triton kernel instead (:mod:`lowprec.gpu.intflash_kernel`, the same
+steps; the exp2 of :mod:`lowprec.gpu.exp2f`, the sequential sums as FMA dots of exact
+products): int8 codes in one pass, v's once per stored head (every key takes part), the tile
+counts from the shape (:func:`tile_counts`).
 
 The CPU's float16 rounding of the output takes its sign from ``x < 0``: ``fp32(acc / l) = -0``
 (possible with subnormal v scales) gives ``+0``, a tiny negative ``-0``; torch's cast keeps
@@ -321,7 +321,7 @@ def intflash(dp: DeviceProblem, return_stats: bool, block_q: int = BLOCK_Q_DEFAU
     Br, Bc, scope = intflash_options(dp, block_q, block_k, variant, scale_dtype, scale_scope)
     half = variant == "half"
     dev = dp.device
-    if _fused_ok(dp, Bc):
+    if _fused_ok(dp):
         return _fused(dp, return_stats, Br, Bc, half, scale_dtype)
     qi = _Inputs(dp, scope, half, scale_dtype)
     c32 = _const(float(score_unit(dp.scale)), torch.float32, dev)
@@ -337,13 +337,10 @@ def intflash(dp: DeviceProblem, return_stats: bool, block_q: int = BLOCK_Q_DEFAU
     return out, _stats(cnt.cpu().numpy(), qi.saturated)
 
 
-def _fused_ok(dp: DeviceProblem, block_k: int) -> bool:
+def _fused_ok(dp: DeviceProblem) -> bool:
     """Whether the fused Triton kernel (:mod:`lowprec.gpu.intflash_kernel`) computes the call:
-    no mask, ``block_k <= 256``, a non-empty call (:func:`~.device_rows.fused_kernels`)."""
-    from ..gpu.intflash_kernel import BLOCK_K_MAX
-
-    return (dp.mask is None and block_k <= BLOCK_K_MAX and dp.B * dp.Lq * dp.Lk > 0
-            and fused_kernels(dp))
+    no mask, a non-empty call (:func:`~.device_rows.fused_kernels`)."""
+    return dp.mask is None and dp.B * dp.Lq * dp.Lk > 0 and fused_kernels(dp)
 
 
 def tile_counts(Lq: int, Lk: int, Br: int, Bc: int, causal: bool) -> tuple[int, int]:
