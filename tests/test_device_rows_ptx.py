@@ -175,8 +175,8 @@ one = scan(_compile(_exp2_kernel, {"X": "*fp32", "OUT": "*fp32", "KEYS": "*i32",
                                    "VALS": "*fp32", "n": "i32"}, {"BLOCK": 128}, 4))
 sig = {"Q8": "*i8", "K8": "*i8", "V": "*i8", "KV": "*i64", "SQ": "*fp32", "SK": "*fp32",
        "SV": "*fp32", "KEYS": "*i32", "VALS": "*fp32", "OUT": "*fp32", "CNT": "*i32",
-       "Lq": "i32", "Lk": "i32", "D": "i32", "DV": "i32", "shift": "i32", "bk": "i32",
-       "nk": "i32", "c_bits": "i32"}
+       "b0": "i32", "Lq": "i32", "Lk": "i32", "D": "i32", "DV": "i32", "shift": "i32",
+       "bk": "i32", "nk": "i32", "c_bits": "i32"}
 rep = []
 for causal in (False, True):
     for half in (False, True):

@@ -67,6 +67,14 @@ def test_fused_equals_cpu(case, fused_calls):
         assert d["total_skipped_tiles"] > 0
 
 
+def test_fused_entries_in_several_launches(monkeypatch, fused_calls):
+    """More entries than a grid's y dimension holds: launched in parts (``b0``)."""
+    monkeypatch.setattr(ik, "_GRID_Y_MAX", 3)
+    q, k, v = qkv(Z=2, Hq=2, Hkv=1, Lq=20, Lk=40, d=16, dv=16, seed=4)
+    both(q, k, v, "intflash", causal=True, block_k=16, variant="half")
+    assert len(fused_calls) == 1
+
+
 def test_fused_hazards(fused_calls):
     """Outputs beyond float16 (``fp16_overflows``) and codes saturated by subnormal scales
     (rows of q, keys and a v head of tiny values), default options; a call without

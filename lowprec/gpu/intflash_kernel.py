@@ -48,6 +48,7 @@ from .engine import _round_f16
 from .exp2f import exp2_f32, near_table
 
 _F127 = tl.constexpr(127.0)
+_GRID_Y_MAX = 65535
 
 
 @triton.jit
@@ -69,18 +70,18 @@ def _y(q, K8, SK, kvb, Lk, D, cols, real, offs_d, sq, c):
 
 
 @triton.jit(do_not_specialize=("c_bits",))
-def _intflash_kernel(Q8, K8, V, KV, SQ, SK, SV, KEYS, VALS, OUT, CNT, Lq, Lk, D, DV, shift,
-                     bk, nk, c_bits, CAUSAL: tl.constexpr, HALF: tl.constexpr,
+def _intflash_kernel(Q8, K8, V, KV, SQ, SK, SV, KEYS, VALS, OUT, CNT, b0, Lq, Lk, D, DV,
+                     shift, bk, nk, c_bits, CAUSAL: tl.constexpr, HALF: tl.constexpr,
                      BM: tl.constexpr, SUB: tl.constexpr, BD: tl.constexpr,
                      BDV: tl.constexpr):
-    """Rows ``BM`` of entry ``b``: ``OUT[b, rows]`` float32 (float16 values),
+    """Rows ``BM`` of entry ``b = b0 + program_id(1)``: ``OUT[b, rows]`` float32 (float16 values),
     ``CNT[b, rows, 0:2]`` int32 (rescales, float16 overflows).  q8 ``(B, Lq, D)`` and its
     scales ``SQ (B, Lq)``; k8 ``(Bk, Lk, D)``, ``SK (Bk, Lk)`` and V (int8 codes, or float16
     values for ``HALF``) ``(Bk, Lk, DV)`` of the stored head ``KV[b]``; ``SV (B,)``.  A key
     tile of ``bk`` keys is walked in sub-tiles of ``SUB`` keys, twice: its row maximum, then
     ``p``, ``l_t`` and ``T`` (the scores are recomputed: int8 GEMMs are cheap, registers
     are not; the sequential sums chain their dots from sub-tile to sub-tile)."""
-    b = tl.program_id(1)
+    b = b0 + tl.program_id(1)
     r0 = tl.program_id(0) * BM
     offs_m = r0 + tl.arange(0, BM)
     sl = tl.arange(0, SUB)
@@ -207,10 +208,12 @@ def intflash_rows(q8, sq, k8, sk, v, sv, kv, c: float, *, causal: bool, block_k:
     c_bits = int(np.float32(c).view(np.int32))
     seq = sequential_interpreter_dots() if interpreting() else contextlib.nullcontext()
     with device_guard(q8), seq:
-        _intflash_kernel[(triton.cdiv(Lq, bm), B)](
-            q8, k8, v, kv, sq, sk, sv, keys, vals, out, cnt, Lq, Lk, d, dv, Lk - Lq,
-            block_k, nk, c_bits, CAUSAL=bool(causal), HALF=bool(half), BM=bm, SUB=sub,
-            BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=warps, num_stages=1, **LAUNCH_OPTS)
+        for b0 in range(0, B, _GRID_Y_MAX):  # CUDA's grid y dimension
+            _intflash_kernel[(triton.cdiv(Lq, bm), min(B - b0, _GRID_Y_MAX))](
+                q8, k8, v, kv, sq, sk, sv, keys, vals, out, cnt, b0, Lq, Lk, d, dv, Lk - Lq,
+                block_k, nk, c_bits, CAUSAL=bool(causal), HALF=bool(half), BM=bm, SUB=sub,
+                BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=warps, num_stages=1,
+                **LAUNCH_OPTS)
     return out, cnt
 
 
