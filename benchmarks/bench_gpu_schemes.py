@@ -14,7 +14,7 @@ within 1.5x of their authors' kernels), ``flash`` / ``e2e_hif8`` within 3x of SD
 Usage (GPU machine, repository root)::
 
     PYTHONPATH=. python benchmarks/bench_gpu_schemes.py [--lengths 4096,16384,32768]
-        [--schemes intattention,quant_only] [--json out.json]
+        [--schemes intattention,quant_only] [--opts '{"variant": "half"}'] [--json out.json]
 
 A report: asserts nothing.
 """
@@ -39,6 +39,8 @@ def _args(argv=None):
     p.add_argument("--slow", type=float, default=2.0,
                    help="seconds per call above which a scheme is timed once and dropped")
     p.add_argument("--json", default=None)
+    p.add_argument("--opts", default="{}",
+                   help='JSON options given to every scheme, e.g. \'{"variant": "half"}\'')
     return p.parse_args(argv)
 
 
@@ -58,6 +60,7 @@ def main(argv=None) -> int:
     names = [s for s in a.schemes.split(",") if s] or [
         s for s in lp.schemes() if get_scheme(s).device or get_scheme(s).engine]
     H, d = a.heads, a.d
+    opts = json.loads(a.opts)
     rows, dropped = [], set()
 
     def timed(fn):
@@ -88,13 +91,13 @@ def main(argv=None) -> int:
             for s in names:
                 if s in dropped:
                     continue
-                row = dict(scheme=s, L=L, causal=causal, **{k_: round(v_, 3)
+                row = dict(scheme=s, L=L, causal=causal, opts=opts, **{k_: round(v_, 3)
                                                             for k_, v_ in base.items()})
                 try:
                     torch.cuda.reset_peak_memory_stats()
                     m0 = torch.cuda.memory_allocated()
                     ms, slow = timed(lambda q=q, k=k, v=v, s=s, c=causal:
-                                     lp.attention(q, k, v, s, causal=c))
+                                     lp.attention(q, k, v, s, causal=c, **opts))
                     row["peak_mib"] = round((torch.cuda.max_memory_allocated() - m0) / 2**20, 1)
                     row["ms"] = round(ms, 3)
                     row["x_fp32"] = round(ms / base["sdpa_fp32"], 2)
@@ -107,7 +110,7 @@ def main(argv=None) -> int:
                     elif L == 4096:
                         row["ms_stats"] = round(timed(
                             lambda q=q, k=k, v=v, s=s, c=causal: lp.attention(
-                                q, k, v, s, causal=c, return_stats=True))[0], 3)
+                                q, k, v, s, causal=c, return_stats=True, **opts))[0], 3)
                 except Exception as e:  # reported, the others still run
                     row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
                 print(json.dumps(row), flush=True)

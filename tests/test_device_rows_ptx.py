@@ -1,5 +1,6 @@
 """The Triton kernels of the row-wise schemes' device paths (``lowprec.gpu.rowsum``,
-``lowprec.gpu.index_attention``, ``lowprec.gpu.qflash_kernel``, ``lowprec.gpu.int8codes``)
+``lowprec.gpu.index_attention``, ``lowprec.gpu.qflash_kernel``, ``lowprec.gpu.intflash_kernel``,
+``lowprec.gpu.exp2f``, ``lowprec.gpu.int8codes``)
 compiled
 ahead of time for sm_90 (no GPU needed, specs/gpu.md section 4): its PTX holds the sequential
 IEEE adds (``add.f32`` / ``add.f64``, round to nearest) and none of the forbidden instructions
@@ -141,3 +142,71 @@ def test_qflash_kernel_compiles_to_clean_ptx():
         assert r["bad"] == [], r
         assert all(d.startswith(("div.rn.", "div.s64", "div.s32")) for d in r["div"]), r
         assert r["imma"] >= 2, r
+
+
+_IF_SCRIPT = """
+import json, re, sys
+sys.path.insert(0, "scripts")
+from gpu_ptx_check import FORBIDDEN, _compile
+from lowprec.gpu.exp2f import _exp2_kernel
+from lowprec.gpu.intflash_kernel import _intflash_kernel, launch_config
+
+def scan(ptx):
+    lines = [ln.strip() for ln in ptx.splitlines()]
+    bad, tests = [], 0
+    for n, s in enumerate(lines):
+        if not FORBIDDEN.search(s) or s.startswith(("fma.rn.f32", "fma.rn.f64")):
+            continue
+        nxt = next((x for x in lines[n + 1:] if x), "")
+        if s.startswith("abs.ftz.f32") and nxt.startswith("setp.lt.f32") and \\
+                "0f408FF000" in nxt:
+            tests += 1  # libdevice exp2's range test on the high word of the double
+            continue
+        bad.append(s)
+    mma = [s.split()[0] for s in lines if re.match(r"(wg)?mma\\.(sync|mma_async)", s)]
+    return {"bad": bad[:5], "exp2": tests,
+            "fma32": len([s for s in lines if s.startswith("fma.rn.f32")]),
+            "fma64": len([s for s in lines if s.startswith("fma.rn.f64")]),
+            "div": sorted(set(re.findall(r"\\bdiv\\.[a-z0-9.]+", ptx))),
+            "imma": len([m for m in mma if m.endswith(".s32.s8.s8")]),
+            "float_mma": [m for m in mma if not m.endswith(".s32.s8.s8")]}
+
+one = scan(_compile(_exp2_kernel, {"X": "*fp32", "OUT": "*fp32", "KEYS": "*i32",
+                                   "VALS": "*fp32", "n": "i32"}, {"BLOCK": 128}, 4))
+sig = {"Q8": "*i8", "K8": "*i8", "V": "*i8", "KV": "*i64", "SQ": "*fp32", "SK": "*fp32",
+       "SV": "*fp32", "KEYS": "*i32", "VALS": "*fp32", "OUT": "*fp32", "CNT": "*i32",
+       "b0": "i32", "Lq": "i32", "Lk": "i32", "D": "i32", "DV": "i32", "shift": "i32",
+       "bk": "i32", "nk": "i32", "c_bits": "i32"}
+rep = []
+for causal in (False, True):
+    for half in (False, True):
+        bm, sub, warps = launch_config(half)
+        c = dict(CAUSAL=causal, HALF=half, BM=bm, SUB=sub, BD=32, BDV=32)
+        ptx = _compile(_intflash_kernel, dict(sig, V="*fp16" if half else "*i8"), c, warps,
+                       num_stages=1)
+        rep.append(dict(scan(ptx), c=c, threads=32 * warps))
+print(json.dumps({"exp2": one, "kernel": rep}))
+"""
+
+
+def test_intflash_kernel_compiles_to_clean_ptx():
+    """Every constexpr variant of the INT-FlashAttention kernel (causal x full/half) and its
+    exp2 alone: nothing forbidden but libdevice's double ``exp2`` (its ``fma.rn.f64``
+    polynomial and ``.ftz`` range test: the same count per exp2 as in the exp2 kernel) and
+    the sequential dots' ``fma.rn.f32`` (exactly one per product of ``seq_dot`` in a key
+    sub-tile: the row sums' ``BM x SUB x 16`` and half's ``BM x SUB x BDV``, all of exact
+    products); IEEE or
+    integer divisions; the integer GEMMs on int8 tensor cores and no float tensor-core
+    product."""
+    rep = _ptx_report(_IF_SCRIPT)
+    one = rep["exp2"]
+    assert one["bad"] == [] and one["exp2"] == 1 and one["fma64"] > 0 and one["fma32"] == 0, one
+    assert len(rep["kernel"]) == 4
+    for r in rep["kernel"]:
+        c = r["c"]
+        assert r["bad"] == [], r
+        assert r["exp2"] > 0 and r["fma64"] == r["exp2"] * one["fma64"], r
+        per = c["BM"] * c["SUB"] * (16 + (c["BDV"] if c["HALF"] else 0))
+        assert r["fma32"] == per // r["threads"], r
+        assert set(r["div"]) <= {"div.rn.f32", "div.s32"}, r
+        assert r["imma"] >= (1 if c["HALF"] else 2) and r["float_mma"] == [], r

@@ -1,9 +1,13 @@
-"""Tile loads and the int8 score GEMM shared by the fused attention kernels
-(:mod:`.index_attention`, :mod:`.qflash_kernel`): one program holds a block of query rows of one
-entry and walks key tiles; q, k and v are C-contiguous int8 ``(B, L, d)`` arrays."""
+"""Tile loads, the int8 score GEMM and the sequential float32 tile product shared by the fused
+attention kernels (:mod:`.index_attention`, :mod:`.qflash_kernel`, :mod:`.intflash_kernel`):
+one program holds a block of query rows of one entry and walks key tiles; q, k and v are
+C-contiguous ``(B, L, d)`` arrays (int8 codes, or float16 values for :func:`seq_dot`)."""
 
 from __future__ import annotations
 
+import contextlib
+
+import numpy as np
 import triton
 import triton.language as tl
 
@@ -31,10 +35,58 @@ def scores(q, K8, b, Lk, D, cols, colok, offs_d):
     return tl.dot(q, tl.trans(k), out_dtype=tl.int32)
 
 
+@triton.jit
+def seq_dot(a, b, acc):
+    """float32 ``acc + a @ b`` with every output summed in the CPU's order, ``acc =
+    fl(acc + a[:, k] b[k, :])`` for ``k`` ascending, provided every product is exact in
+    float32 (specs/gpu.md section 3): ``input_precision="ieee"`` lowers the dot to FMAs on
+    the GPU, one per product, k ascending from the given accumulator (Triton's
+    ``parametricConvertFMADot``), and an FMA of an exact product is the unfused multiply-add;
+    chained over chunks of k it continues the same sequence.  (A row sum of ``a`` is
+    ``seq_dot(a, ones, 0)``.)  The interpreter's dot is NumPy's matmul, in BLAS order: launch
+    under :func:`sequential_interpreter_dots`."""
+    return tl.dot(a, b, acc, input_precision="ieee")
+
+
+@contextlib.contextmanager
+def sequential_interpreter_dots():
+    """Within the context, the Triton interpreter's float ``tl.dot`` sums as the GPU's FMA dot
+    does (:func:`seq_dot`): ``acc = fl(acc + fl(a_k b_k))``, k ascending, each product checked
+    to be exact (AssertionError otherwise: then the GPU's fused order would differ); integer
+    dots keep the interpreter's own (exact) matmul.  The launchers of the kernels that use
+    :func:`seq_dot` enter it when interpreting; nothing changes on a GPU."""
+    from triton.runtime import interpreter as ti
+
+    orig = ti.InterpreterBuilder.create_dot
+
+    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if not (a.dtype.scalar.is_floating() and b.dtype.scalar.is_floating()):
+            return orig(self, a, b, d, input_precision, max_num_imprecise_acc)
+        A = a.data.astype(np.float32)
+        Bm = b.data.astype(np.float32)
+        acc = d.data.astype(np.float32).copy()
+        with np.errstate(invalid="ignore", over="ignore"):
+            for kk in range(A.shape[-1]):
+                x, y = A[..., :, kk, None], Bm[..., None, kk, :]
+                p32 = x * y
+                p64 = x.astype(np.float64) * y.astype(np.float64)
+                ok = (p32.astype(np.float64) == p64) | (np.isnan(p32) & np.isnan(p64))
+                if not ok.all():
+                    raise AssertionError("seq_dot was given an inexact product")
+                acc = acc + p32
+        return ti.TensorHandle(acc, d.dtype.scalar)
+
+    ti.InterpreterBuilder.create_dot = dot
+    try:
+        yield
+    finally:
+        ti.InterpreterBuilder.create_dot = orig
+
+
 def pow2(n: int, lo: int) -> int:
     """The launch width of a dimension ``n``: a power of two, at least ``lo`` (``tl.dot``
     needs K >= 32 for int8 on sm_90)."""
     return max(lo, triton.next_power_of_2(max(int(n), 1)))
 
 
-__all__ = ["q_tile", "kv_tile", "scores", "pow2"]
+__all__ = ["q_tile", "kv_tile", "scores", "seq_dot", "sequential_interpreter_dots", "pow2"]

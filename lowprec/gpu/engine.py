@@ -123,7 +123,9 @@ def _round_f16(x):
     a = u & 0x7FFFFFFF
     # below 2**-14: fixed spacing 2**-24, the add-and-subtract trick (0.5 has ulp 2**-24)
     r_small = (_abs(x) + 0.5) - 0.5
-    small = tl.where(x < 0, -r_small, r_small)
+    # the CPU's ``-r if x < 0 else r``: -0 for a tiny negative x, +0 for x = -0; the sign set
+    # on the bits (Triton's unary minus is 0 - r, which gives +0 for r = +0)
+    small = tl.where(x < 0, _float(_bits(r_small) | 0x80000000), r_small)
     lsb = (a >> 13) & 1
     r = (a + 0xFFF + lsb) & 0xFFFFE000
     r = tl.where(r > 0x477FE000, 0x7F800000, r)  # above 65504: Inf

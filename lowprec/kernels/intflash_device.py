@@ -30,6 +30,16 @@ construction.  Statistics per (entry, query tile, key tile) from the visibility 
 skipped when none of its keys is visible to any of its rows), the rescales and float16
 overflows per row, summed per entry.
 
+Calls without a mask (CUDA tensors or Triton's interpreter: :func:`_fused_ok`) run all of
+this for every row in one Triton kernel instead (:mod:`lowprec.gpu.intflash_kernel`, the same
+steps; the exp2 of :mod:`lowprec.gpu.exp2f`, the sequential sums as FMA dots of exact
+products): int8 codes in one pass, v's once per stored head (every key takes part), the tile
+counts from the shape (:func:`tile_counts`).
+
+The CPU's float16 rounding of the output takes its sign from ``x < 0``: ``fp32(acc / l) = -0``
+(possible with subnormal v scales) gives ``+0``, a tiny negative ``-0``; torch's cast keeps
+``-0``, so zeros are made ``+0`` after it.
+
 Not mirrored: the CPU's row maximum over NaN on the bits (the NaN of ``inf * 0`` from scores
 overflowing float32, inputs beyond ~1e18) takes x86's negative NaN as smallest; a CPU whose NaN
 is positive (ARM) would differ there, and so does nothing here but the ``rescales`` count of
@@ -44,7 +54,7 @@ import numpy as np
 
 from ._fp_device import exp2_f32
 from ._int8 import FINITE_WHY
-from .device_rows import DeviceProblem, chunks, codes, row_amax
+from .device_rows import DeviceProblem, chunks, codes, fused_kernels, row_amax
 from .intflash import (
     _C_F16_OVF,
     _C_RESCALES,
@@ -99,6 +109,38 @@ def quantize_rows(x, scale_dtype: str):
     return c, s, (big & ~zero[..., None]).sum(dim=-1)
 
 
+def _check_inputs(dp: DeviceProblem, keys, scale_dtype: str):
+    """The CPU's input errors in its order (``intflash.quantize_inputs``): NaN or Inf in q, k
+    or a v that takes part (``keys (B, Lk)``, None: every key), then, with
+    ``scale_dtype="float16"``, values beyond float16."""
+    import torch
+
+    def seen(flags):
+        return flags if keys is None else flags & keys
+
+    vbad = ~torch.isfinite(dp.v).all(dim=-1)[dp.kv]  # (B, Lk): a key with NaN/Inf in v
+    for name, bad in (("q", ~torch.isfinite(dp.q).all()), ("k", ~torch.isfinite(dp.k).all()),
+                      ("v", seen(vbad).any())):
+        if bool(bad):
+            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
+    if scale_dtype == "float16":
+        v16 = seen(torch.isinf(dp.v.to(torch.float16)).any(dim=-1)[dp.kv])
+        for bad in (torch.isinf(dp.q.to(torch.float16)).any(),
+                    torch.isinf(dp.k.to(torch.float16)).any(), v16.any()):
+            if bool(bad):
+                raise ValueError(_F16_WHY)
+
+
+def _half_v(dp: DeviceProblem):
+    """v in float16 (variant ``"half"``), with the CPU's error when it does not fit."""
+    import torch
+
+    vh = dp.v.to(torch.float16)
+    if bool(torch.isinf(vh).any()):
+        raise ValueError("v does not fit float16 (|v| > 65504) for variant 'half'")
+    return vh
+
+
 class _Inputs:
     """The quantized inputs of a call on the device (``intflash.quantize_inputs``)."""
 
@@ -110,26 +152,13 @@ class _Inputs:
         self.keys = None
         if scope == "visible" and not half:
             self.keys = dp.taking_part()[1]  # v's keys that take part, per query entry
-        vbad = ~torch.isfinite(dp.v).all(dim=-1)[dp.kv]  # (B, Lk): a key with NaN/Inf in v
-        for name, bad in (("q", ~torch.isfinite(dp.q).all()), ("k", ~torch.isfinite(dp.k).all()),
-                          ("v", self._seen(vbad).any())):
-            if bool(bad):
-                raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
-        if scale_dtype == "float16":
-            v16 = self._seen(torch.isinf(dp.v.to(torch.float16)).any(dim=-1)[dp.kv])
-            for bad in (torch.isinf(dp.q.to(torch.float16)).any(),
-                        torch.isinf(dp.k.to(torch.float16)).any(), v16.any()):
-                if bool(bad):
-                    raise ValueError(_F16_WHY)
+        _check_inputs(dp, self.keys, scale_dtype)
         self.q8, self.sq, satq = quantize_rows(dp.q, scale_dtype)
         self.k8, self.sk, satk = quantize_rows(dp.k, scale_dtype)  # per stored head
         B = dp.B
         self.vh = None
         if half:
-            vh = dp.v.to(torch.float16)
-            if bool(torch.isinf(vh).any()):
-                raise ValueError("v does not fit float16 (|v| > 65504) for variant 'half'")
-            self.vh = vh.float()
+            self.vh = _half_v(dp).float()
             sv = torch.zeros(B, dtype=torch.float32, device=dev)
             satv = 0
         else:
@@ -137,10 +166,6 @@ class _Inputs:
         self.sv = sv
         self.saturated = (int(satq.sum()), int(satk.sum(dim=1)[dp.kv].sum()), int(satv))
         self._cache = None
-
-    def _seen(self, flags):
-        """``flags (B, Lk)`` restricted to the keys whose v takes part (all without a scope)."""
-        return flags if self.keys is None else flags & self.keys
 
     def _v_entry(self, b0: int, b1: int):
         """float32 ``(b1 - b0, Lk, dv)``: the v of entries ``b0 .. b1 - 1``, zero at keys that
@@ -266,6 +291,7 @@ def _chunk(dp: DeviceProblem, qi: _Inputs, g0, g1, r0, r1, Br: int, Bc: int, c32
         acc = torch.where(u[:, None], (acc * a[:, None]) + T, acc)
     o = acc / lsum[:, None]
     oh = o.to(torch.float16).to(torch.float32)
+    oh = torch.where(o == 0, 0.0, oh)  # the CPU's round_f16(-0.0) is +0.0 (its sign: x < 0)
     never = (mrun[:, -1] == -math.inf)[:, None]
     ovf = torch.isinf(oh) & ~torch.isinf(o) & ~never
     out[g0:g1, r0:r1] = torch.where(never, math.nan, oh).reshape(gh, rows, dv)
@@ -295,6 +321,8 @@ def intflash(dp: DeviceProblem, return_stats: bool, block_q: int = BLOCK_Q_DEFAU
     Br, Bc, scope = intflash_options(dp, block_q, block_k, variant, scale_dtype, scale_scope)
     half = variant == "half"
     dev = dp.device
+    if _fused_ok(dp):
+        return _fused(dp, return_stats, Br, Bc, half, scale_dtype)
     qi = _Inputs(dp, scope, half, scale_dtype)
     c32 = _const(float(score_unit(dp.scale)), torch.float32, dev)
     p8tab = torch.from_numpy(_P8.astype(np.float64)).to(dev)
@@ -309,4 +337,82 @@ def intflash(dp: DeviceProblem, return_stats: bool, block_q: int = BLOCK_Q_DEFAU
     return out, _stats(cnt.cpu().numpy(), qi.saturated)
 
 
-__all__ = ["intflash", "quantize_rows", "IntFlashStats"]
+def _fused_ok(dp: DeviceProblem) -> bool:
+    """Whether the fused Triton kernel (:mod:`lowprec.gpu.intflash_kernel`) computes the call:
+    no mask, a non-empty call (:func:`~.device_rows.fused_kernels`)."""
+    return dp.mask is None and dp.B * dp.Lq * dp.Lk > 0 and fused_kernels(dp)
+
+
+def tile_counts(Lq: int, Lk: int, Br: int, Bc: int, causal: bool) -> tuple[int, int]:
+    """``(tiles, skipped)`` of one entry without a mask: the (query tile, key tile) pairs the
+    CPU's loop computes and those its causal break skips (a key tile counts when its first
+    key is visible to the query tile's last row)."""
+    nq, nk = -(-Lq // Br), -(-Lk // Bc)
+    if not causal:
+        return nq * nk, 0
+    last = np.minimum(np.arange(1, nq + 1) * Br, Lq) - 1 + (Lk - Lq)
+    tiles = int(np.where(last < 0, 0, np.minimum(nk, last // Bc + 1)).sum())
+    return tiles, nq * nk - tiles
+
+
+def _codes_i8(x, scale_dtype: str, stats: bool, per_entry: bool = False):
+    """:func:`quantize_rows` of ``x (N, L, D)`` with int8 codes: ``(codes int8 (N, L, D),
+    scales float32, saturated int64 or None)``, one scale per row ``(N, L)`` or, with
+    ``per_entry``, per entry ``(N,)`` (v's).  float32 scales: the codes in one pass
+    (:func:`~.device_rows.int8_codes`: the same ``clamp(RNE(fl64(x) / s))``; a zero scale,
+    whose row's values round to 0, divides by 1), the saturations only with ``stats``."""
+    import torch
+
+    from .device_rows import int8_codes
+
+    N = x.shape[0]
+    if scale_dtype == "float16":
+        c, s, sat = quantize_rows(x.reshape(N, -1) if per_entry else x, scale_dtype)
+        return c.reshape(x.shape).to(torch.int8), s, sat
+    s = (row_amax(x.reshape(N, -1) if per_entry else x)
+         / _const(INT8_QMAX, torch.float64, x.device)).float()
+    zero = s == 0
+    c = int8_codes(x.contiguous(), torch.where(zero, 1.0, s))
+    if not stats:
+        return c, s, None
+    ex = (...,) + (None,) * (2 if per_entry else 1)
+    big = x.double().abs() > 127.5 * s.double()[ex]  # ROUND_LIMIT * s: exact
+    return c, s, (big & ~zero[ex]).sum(dim=(1, 2) if per_entry else -1)
+
+
+def _fused(dp: DeviceProblem, return_stats: bool, Br: int, Bc: int, half: bool,
+           scale_dtype: str):
+    """A call without a mask in one kernel (:func:`lowprec.gpu.intflash_kernel.intflash_rows`):
+    the checks and quantization of :class:`_Inputs` with int8 codes, v's once per stored
+    head (every key takes part, so each entry's v scale is its stored head's); the tile
+    counts from the shape; one read-back, with the statistics only."""
+    import torch
+
+    from ..gpu.intflash_kernel import intflash_rows
+
+    _check_inputs(dp, None, scale_dtype)
+    st = return_stats
+    q8, sq, satq = _codes_i8(dp.q, scale_dtype, st)
+    k8, sk, satk = _codes_i8(dp.k, scale_dtype, st)  # per stored head
+    if half:
+        v, satv = _half_v(dp).contiguous(), None
+        sv = torch.zeros(dp.B, dtype=torch.float32, device=dp.device)
+    else:
+        v, svh, sath = _codes_i8(dp.v, scale_dtype, st, per_entry=True)
+        sv = svh[dp.kv]
+        satv = None if sath is None else sath[dp.kv].sum()
+    out, rc = intflash_rows(q8, sq.contiguous(), k8, sk.contiguous(), v, sv.contiguous(),
+                            dp.kv.contiguous(), float(score_unit(dp.scale)), causal=dp.causal,
+                            block_k=Bc, half=half)
+    if not return_stats:
+        return out, None
+    zero = torch.zeros((), dtype=torch.int64, device=dp.device)
+    sat = torch.stack([satq.sum(), satk.sum(dim=1)[dp.kv].sum(), zero if half else satv])
+    host = torch.cat([rc.sum(dim=1, dtype=torch.int64).reshape(-1), sat]).cpu().numpy()
+    cnt = np.zeros((dp.B, _NCOUNT), dtype=np.int64)
+    cnt[:, _C_TILES], cnt[:, _C_SKIPPED] = tile_counts(dp.Lq, dp.Lk, Br, Bc, dp.causal)
+    cnt[:, [_C_RESCALES, _C_F16_OVF]] = host[:-3].reshape(dp.B, 2)
+    return out, _stats(cnt, tuple(int(x) for x in host[-3:]))
+
+
+__all__ = ["intflash", "quantize_rows", "IntFlashStats", "tile_counts"]
