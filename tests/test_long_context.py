@@ -82,6 +82,8 @@ def test_bad_mode(bad):
 def test_rope_note():
     assert S._rope_note({"rope_factor": 1.0}) == ""
     assert "interpolated by 4" in S._rope_note({"rope_factor": 4.0})
+    assert "extrapolated" in S._rope_note({"long_context": "extrapolate", "tokens": 16384})
+    assert S._rope_note({"long_context": "extrapolate", "tokens": 8192}) == ""
 
 
 def test_sdpa_without_gqa_same_attention():

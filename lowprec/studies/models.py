@@ -314,6 +314,7 @@ def token_windows(tok, text: str | None = None, length: int = SMOLLM2_TOKENS,
 
 
 LONG_CONTEXT = ("interpolate", "extrapolate")
+TRAINED = 8192  # SmolLM2-135M's max_position_embeddings (only for the tables' notes)
 
 
 def _smollm2(device=None):
@@ -679,11 +680,15 @@ def perplexity_result(cfg: dict, base: dict, runs: dict, *, max_tokens: int, res
 
 
 def _rope_note(res: dict) -> str:
-    """``"; RoPE interpolated x4"`` when a result's windows went beyond the trained length."""
+    """How a result's windows were read beyond SmolLM2's trained length (:data:`TRAINED`):
+    ``"; RoPE positions interpolated by 4 ..."``, ``"; RoPE positions extrapolated ..."``, or
+    nothing within it."""
     f = res.get("rope_factor", 1.0)
-    if f == 1.0:
-        return ""
-    return f"; RoPE positions interpolated by {f:g} (beyond the model's trained length)"
+    if f != 1.0:
+        return f"; RoPE positions interpolated by {f:g} (beyond the model's trained length)"
+    if res.get("long_context") == "extrapolate" and res.get("tokens", 0) > TRAINED:
+        return f"; RoPE positions extrapolated (beyond the model's trained {TRAINED} tokens)"
+    return ""
 
 
 def format_smollm2_perplexity(res: dict) -> str:
