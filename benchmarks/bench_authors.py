@@ -73,7 +73,6 @@ import math
 import os
 import re
 import sys
-import time
 import types
 
 QFLASH_FILE = os.path.join("qflash", "qflash", "kernel.py")
@@ -251,7 +250,9 @@ def main(argv=None) -> int:
     a = _args(argv)
     import torch
     import triton
-    from triton.testing import do_bench
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_gpu_schemes import gpu_timer
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -280,19 +281,7 @@ def main(argv=None) -> int:
 
     rows, dropped = [], set()
 
-    def timed(fn):
-        fn()  # first call: Triton compiles / autotunes, lowprec builds its tables (not timed)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        one = time.perf_counter() - t0
-        if one > a.slow:
-            return one * 1e3, True
-        if one > 0.05:
-            return float(do_bench(fn, warmup=1, rep=int(3 * one * 1e3),
-                                  return_mode="median")), False
-        return float(do_bench(fn, warmup=10, rep=200, return_mode="median")), False
+    timed = gpu_timer(a.slow)  # the first call (Triton compiles / autotunes) is not timed
 
     def measure(L, causal, case):
         """Time one case: ``make()`` builds the timed callable (outside the timing); a case

@@ -30,6 +30,31 @@ import time
 AUTHORS_QFLASH_MS = 1.76  # H100, (1, 32, 4096, 128), non-causal (specs/gpu.md section 5)
 
 
+def gpu_timer(slow: float):
+    """``timed(fn) -> (milliseconds, too_slow)``: one untimed call (Triton compiles, tables are
+    built), one timed call; above ``slow`` seconds that call is the measurement and
+    ``too_slow`` is True, otherwise the median of ``triton.testing.do_bench`` (fewer, longer
+    repetitions for calls above 50 ms).  Shared with ``bench_authors.py``."""
+    import torch
+    from triton.testing import do_bench
+
+    def timed(fn):
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        one = time.perf_counter() - t0
+        if one > slow:
+            return one * 1e3, True
+        if one > 0.05:
+            return float(do_bench(fn, warmup=1, rep=int(3 * one * 1e3),
+                                  return_mode="median")), False
+        return float(do_bench(fn, warmup=10, rep=200, return_mode="median")), False
+
+    return timed
+
+
 def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", default="4096,16384,32768")
@@ -49,7 +74,6 @@ def main(argv=None) -> int:
     a = _args(argv)
     import torch
     import torch.nn.functional as F
-    from triton.testing import do_bench
 
     import lowprec as lp
     from lowprec.kernels import get_scheme
@@ -63,19 +87,7 @@ def main(argv=None) -> int:
     opts = json.loads(a.opts)
     rows, dropped = [], set()
 
-    def timed(fn):
-        fn()  # first call: Triton compiles, lowprec's tables are built (not timed)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        one = time.perf_counter() - t0
-        if one > a.slow:
-            return one * 1e3, True
-        if one > 0.05:
-            return float(do_bench(fn, warmup=1, rep=int(3 * one * 1e3),
-                                  return_mode="median")), False
-        return float(do_bench(fn, warmup=10, rep=200, return_mode="median")), False
+    timed = gpu_timer(a.slow)
 
     for L in [int(x) for x in a.lengths.split(",") if x]:
         g = torch.Generator(device="cuda").manual_seed(0)

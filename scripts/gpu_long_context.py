@@ -79,33 +79,29 @@ def main(argv=None) -> int:
         if a.json:
             Path(a.json).write_text(json.dumps(out, indent=1, default=float))
 
-    prev = None
-    if "restart" in a.parts.split(","):
+    steps = {
+        "restart": (lambda L: M.smollm2_restart_rates(taus, max_tokens=L, device=a.device,
+                                                      long_context=a.long_context),
+                    M.format_restart_table),
+        "perplexity": (lambda L: M.smollm2_perplexity(labels, max_tokens=L,
+                                                      windows=a.windows or None,
+                                                      device=a.device,
+                                                      long_context=a.long_context),
+                       M.format_smollm2_perplexity)}
+    for part, (run, fmt) in steps.items():
+        if part not in a.parts.split(","):
+            continue
+        prev = None
         for L in lengths:
             if not _fits(t0, a.budget, prev, L):
-                out["skipped"].append(f"restart {L}")
-                print(f"skipped: restart rates at {L} (budget)", flush=True)
+                out["skipped"].append(f"{part} {L}")
+                print(f"skipped: {part} at {L} (budget)", flush=True)
                 continue
             t1 = time.perf_counter()
-            r = M.smollm2_restart_rates(taus, max_tokens=L, device=a.device,
-                                        long_context=a.long_context)
+            res = run(L)
             prev = (L, time.perf_counter() - t1)
-            out["restart"][str(L)] = r
-            print(M.format_restart_table(r), f"\n({prev[1]:.1f} s)", flush=True)
-            dump()
-    prev = None
-    if "perplexity" in a.parts.split(","):
-        for L in lengths:
-            if not _fits(t0, a.budget, prev, L):
-                out["skipped"].append(f"perplexity {L}")
-                print(f"skipped: perplexity at {L} (budget)", flush=True)
-                continue
-            t1 = time.perf_counter()
-            p = M.smollm2_perplexity(labels, max_tokens=L, windows=a.windows or None,
-                                     device=a.device, long_context=a.long_context)
-            prev = (L, time.perf_counter() - t1)
-            out["perplexity"][str(L)] = p
-            print(M.format_smollm2_perplexity(p), f"\n({prev[1]:.1f} s)", flush=True)
+            out[part][str(L)] = res
+            print(fmt(res), f"\n({prev[1]:.1f} s)", flush=True)
             dump()
     out["seconds"] = time.perf_counter() - t0
     dump()

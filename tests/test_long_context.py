@@ -42,6 +42,8 @@ def test_interpolation_equals_transformers_linear_rope():
     inv0 = m.model.rotary_emb.inv_freq.clone()
     with torch.no_grad():
         plain = m(ids).logits
+        assert S.rope_factor(m, L, "interpolate") == 4.0
+        assert S.rope_factor(m, L, "extrapolate") == S.rope_factor(m, TRAINED) == 1.0
         with S.long_context_rope(m, L, "interpolate") as f:
             assert f == 4.0
             assert torch.equal(m.model.rotary_emb.inv_freq, inv0 / 4)

@@ -105,8 +105,16 @@ def quantize_rows(x, scale_dtype: str):
     zero = s == 0
     c = codes(x, torch.where(zero, 1.0, s))
     c = torch.where(zero[..., None], 0.0, c)
-    big = x.double().abs() > 127.5 * s.double()[..., None]  # ROUND_LIMIT * s: exact
-    return c, s, (big & ~zero[..., None]).sum(dim=-1)
+    return c, s, _saturated(x, s, zero, 1)
+
+
+def _saturated(x, s, zero, per: int):
+    """Codes of ``x`` that saturated, ``|x| > 127.5 s`` (``ROUND_LIMIT * s``: exact in
+    float64), rows with a zero scale left out: counts over the last ``per`` dims of ``x`` (1:
+    per row, with ``s`` and ``zero`` of ``x.shape[:-1]``; 2: per entry, with ``(N,)``)."""
+    ex = (...,) + (None,) * per
+    big = x.double().abs() > 127.5 * s.double()[ex]
+    return (big & ~zero[ex]).sum(dim=tuple(range(-per, 0)))
 
 
 def _check_inputs(dp: DeviceProblem, keys, scale_dtype: str):
@@ -375,9 +383,7 @@ def _codes_i8(x, scale_dtype: str, stats: bool, per_entry: bool = False):
     c = int8_codes(x.contiguous(), torch.where(zero, 1.0, s))
     if not stats:
         return c, s, None
-    ex = (...,) + (None,) * (2 if per_entry else 1)
-    big = x.double().abs() > 127.5 * s.double()[ex]  # ROUND_LIMIT * s: exact
-    return c, s, (big & ~zero[ex]).sum(dim=(1, 2) if per_entry else -1)
+    return c, s, _saturated(x, s, zero, 2 if per_entry else 1)
 
 
 def _fused(dp: DeviceProblem, return_stats: bool, Br: int, Bc: int, half: bool,

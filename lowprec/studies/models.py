@@ -334,6 +334,17 @@ def _check_long_context(long_context: str) -> None:
         raise ValueError(f"long_context must be one of {LONG_CONTEXT}, got {long_context!r}")
 
 
+def rope_factor(model, tokens: int, long_context: str = "interpolate") -> float:
+    """The factor :func:`long_context_rope` divides the rotary frequencies by:
+    ``tokens / max_position_embeddings`` beyond the trained length with ``"interpolate"``,
+    otherwise 1.0.  Raises ValueError for an unknown ``long_context``."""
+    _check_long_context(long_context)
+    trained = int(model.config.max_position_embeddings)
+    if long_context == "extrapolate" or tokens <= trained:
+        return 1.0
+    return tokens / trained
+
+
 @contextlib.contextmanager
 def long_context_rope(model, tokens: int, long_context: str = "interpolate"):
     """Within the context, a Llama-type ``model`` reads windows of ``tokens`` tokens beyond its
@@ -362,13 +373,11 @@ def long_context_rope(model, tokens: int, long_context: str = "interpolate"):
     Raises:
         ValueError: unknown ``long_context``.
     """
-    _check_long_context(long_context)
-    trained = int(model.config.max_position_embeddings)
-    if long_context == "extrapolate" or tokens <= trained:
+    factor = rope_factor(model, tokens, long_context)
+    if factor == 1.0:
         yield 1.0
         return
     rot = model.model.rotary_emb
-    factor = tokens / trained
     saved = rot.inv_freq.clone()
     rot.inv_freq.div_(factor)
     try:
@@ -798,7 +807,6 @@ def _restart_setup(text, max_tokens, block, critical, granularity, device=None,
     _check_long_context(long_context)
     model, tok = _smollm2(device)
     ids = _token_ids(tok, text, max_tokens).to(model.lm_head.weight.device)
-    trained = int(model.config.max_position_embeddings)
     opts = {"config": "e2e_hif8", "critical": critical, "granularity": granularity}
     if block is not None:
         opts.update(block_q=block, block_k=block)
@@ -806,8 +814,7 @@ def _restart_setup(text, max_tokens, block, critical, granularity, device=None,
               "granularity": granularity, "layers": int(model.config.num_hidden_layers),
               "heads": int(model.config.num_attention_heads),
               "device": str(ids.device), "long_context": long_context,
-              "rope_factor": (ids.shape[1] / trained if long_context == "interpolate"
-                              and ids.shape[1] > trained else 1.0)}
+              "rope_factor": rope_factor(model, int(ids.shape[1]), long_context)}
     return model, ids, opts, header
 
 
@@ -1160,7 +1167,8 @@ def format_hccs_minilm_kl(res: dict, per_head: bool = False) -> str:
 
 __all__ = ["minilm_cosine", "minilm_cosine_run", "minilm_cosine_result", "minilm_sentences",
            "format_minilm_cosine", "smollm2_perplexity", "perplexity_float32",
-           "perplexity_run", "perplexity_result", "long_context_rope", "restart_rates_at",
+           "perplexity_run", "perplexity_result", "long_context_rope", "rope_factor",
+           "restart_rates_at",
            "restart_rates_result",
            "format_smollm2_perplexity", "smollm2_restart_rates", "format_smollm2_restart_rates",
            "format_restart_table", "token_windows", "bootstrap_ratio", "noise_verdict",
