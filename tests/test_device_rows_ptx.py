@@ -116,7 +116,8 @@ from gpu_ptx_check import FORBIDDEN, _compile
 from lowprec.gpu.qflash_kernel import _qflash_kernel
 sig = {"Q8": "*i8", "K8": "*i8", "V8": "*i8", "CONST": "*i64", "SV": "*fp64",
        "OUT": "*fp32", "CNT": "*i64", "Lq": "i32", "Lk": "i32", "D": "i32", "DV": "i32",
-       "shift": "i32", "bk": "i32", "nk": "i32", "m_init": "i32"}
+       "shift": "i32", "bk": "i32", "nk": "i32", "m_init": "i32", "acc_limit": "i32",
+       "fast_on": "i32"}
 rep = []
 for causal in (False, True):
     for division in (False, True):
@@ -140,7 +141,8 @@ def test_qflash_kernel_compiles_to_clean_ptx():
     assert len(rep) == 8
     for r in rep:
         assert r["bad"] == [], r
-        assert all(d.startswith(("div.rn.", "div.s64", "div.s32")) for d in r["div"]), r
+        assert all(d.startswith(("div.rn.", "div.s64", "div.s32", "div.u64", "div.u32"))
+                   for d in r["div"]), r
         assert r["imma"] >= 2, r
 
 

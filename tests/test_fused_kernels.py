@@ -16,7 +16,17 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from test_attention_device_rows import DEVICE, both, qkv  # noqa: E402
+from test_attention_device_rows import (  # noqa: E402
+    DEVICE,
+    both,
+    dev,
+    on_device,
+    qkv,
+    same_out,
+    same_stats,
+)
+
+import lowprec as lp  # noqa: E402
 
 import lowprec.gpu.index_attention as ia  # noqa: E402
 from lowprec.kernels import device_rows as drows  # noqa: E402
@@ -162,3 +172,111 @@ def test_qflash_fused_equals_cpu(case, qflash_calls):
     assert sum(sum(r) for r in d["rescales"]) > 0
     if c["opts"].get("scale_update") == "accumulate":
         assert sum(sum(r) for r in d["int32_wraps"]) > 0
+
+
+@pytest.fixture
+def qflash_paths(monkeypatch):
+    """Counts the QFlash kernel's fast tiles and its checked ``acc`` updates (the interpreter
+    calls the kernel's helpers through the module's globals; compiled kernels are not
+    counted)."""
+    import lowprec.gpu.qflash_kernel as qk
+    from lowprec.gpu._launch import interpreting
+
+    calls = {"_fast_p": 0, "_acc_checked": 0}
+    for name in calls if interpreting() else ():
+        orig = getattr(qk, name)
+
+        def spy(*a, _orig=orig, _name=name, **k):
+            calls[_name] += 1
+            return _orig(*a, **k)
+
+        monkeypatch.setattr(qk, name, spy)
+    return calls
+
+
+def _amp(x, a):
+    return [t * a for t in x]
+
+
+QF_FAST = [  # (amplitude of q and k, d, options, causal, seed)
+    (1.5, 32, {}, False, 40), (1.5, 32, {}, True, 41), (1.5, 32, dict(division=True), False, 42),
+    (1.5, 32, dict(block_k=48), False, 43),  # key lanes past the tile
+    (5.0, 4, {}, False, 45),  # wrapped and negative P8 in fast tiles
+    (8.0, 32, {}, True, 45),  # x exp_M overflows: rows the guard sends to the checked steps
+    (0.05, 32, {}, False, 46),  # exp_M = 0
+    (1.5, 32, dict(m_init=2**31 - 1), False, 47),
+    (8.0, 32, dict(m_init=-(2**31), division=True), False, 48),
+    (1.5, 32, dict(scale_update="accumulate", block_k=16), False, 49),
+]
+
+
+@pytest.mark.parametrize("case", range(len(QF_FAST)))
+def test_qflash_fast_tiles(case, qflash_paths, monkeypatch):
+    """The fast tiles (int32 steps without wrap tests where :func:`_rows_safe` proves none
+    can wrap; ScaleRelease of ``acc`` unchecked while the row's bound allows) give the CPU's
+    outputs and statistics, and the kernel with every tile checked gives the same; with the
+    ``acc`` bound lowered the update switches to the checked one part-way."""
+    import lowprec.gpu.qflash_kernel as qk
+    from lowprec.gpu._launch import interpreting
+
+    amp, d, opts, causal, seed = QF_FAST[case]
+    Lq, Lk = (160, 160) if causal else (70, 100)  # causal: tiles no row of a block sees
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=Lq, Lk=Lk, d=d, dv=24, seed=seed)
+    q, k = q * amp, k * amp
+    both(q, k, v, "qflash", causal=causal, **opts)
+    for name in qflash_paths:
+        qflash_paths[name] = 0
+    with on_device():
+        args = (dev(q), dev(k), dev(v), "qflash")
+        fast = lp.attention(*args, causal=causal, return_stats=True, **opts)
+        n_fast = dict(qflash_paths)
+        real = qk.qflash_rows
+        monkeypatch.setattr(qk, "qflash_rows", lambda *a, **kw: real(*a, **kw, fast=False))
+        slow = lp.attention(*args, causal=causal, return_stats=True, **opts)
+        monkeypatch.setattr(qk, "qflash_rows", real)
+        monkeypatch.setattr(qk, "ACC_LIMIT", 3000)
+        n_slow = dict(qflash_paths)
+        low = lp.attention(*args, causal=causal, return_stats=True, **opts)
+    n_low = {k: qflash_paths[k] - n_slow[k] for k in n_slow}
+    for other in (slow, low):
+        same_out(fast[0].cpu(), other[0])
+        same_stats(fast[1], other[1])
+    if case in (0, 1, 2, 3, 4) and interpreting():  # fast tiles; the unchecked acc update
+        assert n_fast["_fast_p"] > 0  # until the lowered bound sends it to the checked one
+        assert n_fast["_acc_checked"] < n_low["_acc_checked"]
+    if case == 4:
+        assert fast[1].total_negative_weights > 0
+    if case == 5:
+        assert fast[1].total_exp_overflows > 0
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_qflash_fast_tiles_any_constants(causal, qflash_paths):
+    """The fast tiles against the checked ones on one launch of 12 entries with random
+    constants (``R`` from 1 to 2**20, ``exp_M`` down to -2**16, ``req_M`` up to 2**23: negative
+    and wrapped P8, overflowing products, rows the guard rejects) and random int8 codes,
+    ``m_init`` above the scores (causal) or below: outputs and every counter equal."""
+    import lowprec.gpu.qflash_kernel as qk
+
+    g = torch.Generator().manual_seed(7 + causal)
+    B, Lq, Lk, d, dv = 12, 64, 100, 8, 16
+    R = torch.randint(1, 1 << 20, (B,), generator=g) >> torch.randint(0, 20, (B,), generator=g)
+    R = R.clamp(min=1)
+    eM = -(torch.randint(0, 1 << 16, (B,), generator=g) >> torch.randint(0, 16, (B,), generator=g))
+    rM = torch.randint(0, 1 << 23, (B,), generator=g) >> torch.randint(0, 20, (B,), generator=g)
+    lM = torch.round((1 << 30) / R.double()).long()
+    const = torch.stack([R, eM, rM, lM, lM], 1).long().to(DEVICE)
+    q8, k8, v8 = (torch.randint(-128, 128, (B, n, w), generator=g, dtype=torch.int8).to(DEVICE)
+                  for n, w in ((Lq, d), (Lk, d), (Lk, dv)))
+    sv = torch.rand(B, generator=g, dtype=torch.float64).to(DEVICE)
+    kw = dict(causal=causal, block_k=32, m_init=(1 << 12) if causal else -(1 << 20),
+              division=False, accumulate=False)
+    fast = qk.qflash_rows(q8, k8, v8, const, sv, **kw)
+    slow = qk.qflash_rows(q8, k8, v8, const, sv, **kw, fast=False)
+    assert torch.equal(fast[1], slow[1])
+    same_out(fast[0].cpu(), slow[0])
+    assert int(fast[1][..., 7].sum()) > 0 and int(fast[1][..., 2].sum()) > 0
+    from lowprec.gpu._launch import interpreting
+
+    if interpreting():
+        assert qflash_paths["_fast_p"] > 0 and qflash_paths["_acc_checked"] > 0
