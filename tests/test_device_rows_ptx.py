@@ -1,6 +1,6 @@
 """The Triton kernels of the row-wise schemes' device paths (``lowprec.gpu.rowsum``,
 ``lowprec.gpu.index_attention``, ``lowprec.gpu.qflash_kernel``, ``lowprec.gpu.intflash_kernel``,
-``lowprec.gpu.exp2f``, ``lowprec.gpu.int8codes``)
+``lowprec.gpu.exp2f``, ``lowprec.gpu.int8codes``, ``lowprec.gpu.rowstats``)
 compiled
 ahead of time for sm_90 (no GPU needed, specs/gpu.md section 4): its PTX holds the sequential
 IEEE adds (``add.f32`` / ``add.f64``, round to nearest) and none of the forbidden instructions
@@ -91,22 +91,53 @@ def test_intattention_kernel_compiles_to_clean_ptx():
 
 
 _CODES_SCRIPT = """
-import json, sys
+import json, re, sys
 sys.path.insert(0, "scripts")
 from gpu_ptx_check import FORBIDDEN, _compile
 from lowprec.gpu.int8codes import _int8_codes_kernel
-sig = {"X": "*fp32", "SRC": "*i64", "S": "*fp32", "OUT": "*i8", "L": "i32", "D": "i32",
-       "s_b": "i32", "s_l": "i32"}
-ptx = _compile(_int8_codes_kernel, sig, {"QMIN": -127, "BLOCK_L": 64, "BD": 128}, 4)
-print(json.dumps({"bad": [ln.strip() for ln in ptx.splitlines() if FORBIDDEN.search(ln)][:5],
-                  "div": ptx.count("div.rn.f64")}))
+from lowprec.gpu.rowstats import _row_amax_kernel
+codes = []
+for x in ("*fp32", "*fp16", "*i16"):  # (bfloat16 read as its bits)
+    for s in ("*fp32", "*fp64"):
+        for has_src in (False, True):
+            sig = {"X": x, "SRC": "*i64" if has_src else x, "S": s, "OUT": "*i8", "L": "i32",
+                   "D": "i32", "nl": "i32", "s_b": "i32", "s_l": "i32"}
+            c = {"QMIN": -128 if has_src else -127, "BF16": x == "*i16", "HAS_SRC": has_src,
+                 "BLOCK_L": 64, "BD": 128}
+            ptx = _compile(_int8_codes_kernel, sig, c, 4)
+            codes.append({"c": [x, s, has_src],
+                          "bad": [ln.strip() for ln in ptx.splitlines()
+                                  if FORBIDDEN.search(ln)][:5],
+                          "div": sorted(set(re.findall(r"\\bdiv\\.[a-z0-9.]+", ptx))),
+                          "n_div": ptx.count("div.rn.f64")})
+amax = []
+for kind, x in ((0, "*i16"), (1, "*i16"), (2, "*i32")):
+    sig = {"X": x, "OUT": "*fp64", "R": "i32", "L": "i32", "D": "i32", "s_n": "i32",
+           "s_l": "i32", "s_d": "i32"}
+    ptx = _compile(_row_amax_kernel, sig, {"KIND": kind, "BLOCK_R": 32, "BD": 128}, 4)
+    amax.append({"kind": kind,
+                 "bad": [ln.strip() for ln in ptx.splitlines() if FORBIDDEN.search(ln)][:5],
+                 "float_ops": sorted(set(re.findall(
+                     r"\\b(?:add|sub|mul|div|fma|max|min|abs|neg)\\.[a-z.]*f(?:16|32|64)\\b",
+                     ptx))),
+                 "int_max": len(re.findall(r"\\bmax\\.s32", ptx))})
+print(json.dumps({"codes": codes, "amax": amax}))
 """
 
 
 def test_int8_codes_kernel_compiles_to_clean_ptx():
-    """The int8 codes kernel: IEEE float64 division, nothing forbidden."""
+    """The int8 codes kernel in every input dtype, scale dtype and indexing: nothing
+    forbidden, IEEE float64 divisions only (the per-row reciprocal and the near-tie
+    quotient; integer ones for the program's block).  The row maxima kernel in each stored
+    dtype: nothing forbidden and no float arithmetic (integer maxima on the bits)."""
     rep = _ptx_report(_CODES_SCRIPT)
-    assert rep["bad"] == [] and rep["div"] >= 1, rep
+    assert len(rep["codes"]) == 12
+    for r in rep["codes"]:
+        assert r["bad"] == [] and r["n_div"] >= 2, r
+        assert set(r["div"]) <= {"div.rn.f64", "div.s32", "div.s64"}, r
+    assert len(rep["amax"]) == 3
+    for r in rep["amax"]:
+        assert r["bad"] == [] and r["float_ops"] == [] and r["int_max"] >= 1, r
 
 
 _QF_SCRIPT = """

@@ -432,10 +432,10 @@ def _noise_int8(dp, model: str, parts):
 
     from .device_rows import row_amax
 
-    B, Lq, d = dp.q.shape
-    q = dp.q.double()
-    ksq = dp.k.double() ** 2  # (Bk, Lk, d)
-    ak = row_amax(dp.k)[dp.kv]  # (B, Lk)
+    B, Lq, d = dp.B, dp.Lq, dp.d
+    q = dp.q_in.double()  # (the stored values, widened exactly)
+    ksq = dp.k_in.double() ** 2  # (Bk, Lk, d)
+    ak = row_amax(dp.k_in)[dp.kv]  # (B, Lk)
     if parts is not None:
         q = torch.where(parts[0][:, :, None], q, 0.0)
         pk = parts[1].double()
@@ -469,7 +469,7 @@ def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stat
     import torch
 
     from . import _empty_stats, _validate_options
-    from .device_rows import DeviceProblem
+    from .device_rows import DeviceProblem, index_tensor
 
     dev = q.device
     if bad is not None:  # the CPU's prepare raises these before anything else
@@ -490,14 +490,18 @@ def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stat
     ft = torch.float32  # float64 rounded to float32 (RNE, as the CPU's astype) unless kept
     if s.float64 and all(t.dtype == torch.float64 for t in (q, k, v)):
         ft = torch.float64  # (the CPU's prepare(keep_float64=True))
-    kv = (torch.arange(Z, device=dev)[:, None] * kh
-          + (torch.arange(H, device=dev) * kh // H)[None, :]).reshape(-1)
+    kv = index_tensor(("kv", Z, H, kh), lambda: (
+        np.arange(Z)[:, None] * kh + (np.arange(H) * kh // H)[None, :]).reshape(-1), dev)
+
+    def stored(t, shape):  # the values in the input's dtype where it holds them exactly
+        t = t.reshape(shape)
+        return (t if t.dtype in (ft, torch.bfloat16, torch.float16) else t.to(ft)).contiguous()
+
     dp = DeviceProblem(
-        q=q4.reshape(B, Lq, d).to(ft).contiguous(),
-        k=k4.reshape(Z * kh, Lk, d).to(ft).contiguous(),
-        v=v4.reshape(Z * kh, Lk, dv).to(ft).contiguous(), kv=kv, scale=sc, causal=causal,
-        mask=planes, mask_map=None if mmap is None else torch.from_numpy(np.array(mmap)).to(dev),
-        lead=tuple(lead), in_dtype=q.dtype)
+        q_in=stored(q4, (B, Lq, d)), k_in=stored(k4, (Z * kh, Lk, d)),
+        v_in=stored(v4, (Z * kh, Lk, dv)), kv=kv, scale=sc, causal=causal, mask=planes,
+        mask_map=None if mmap is None else torch.from_numpy(np.array(mmap)).to(dev),
+        lead=tuple(lead), in_dtype=q.dtype, ft=ft)
     floored = 0
     if s.mask_floor is not None:
         dp, floored = dp.floored(s.mask_floor)

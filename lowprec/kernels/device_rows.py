@@ -29,7 +29,7 @@ the key/value codes of the chunk's entries: O(L x d) per head beside a chunk, ne
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,59 @@ _F32_MIN_NORMAL = 2.0**-126
 #: logits per chunk on a GPU (the CPU's :data:`~.problem.CHUNK_ELEMS` on CPU tensors): the
 #: chunking changes no result (every row is computed alone)
 DEVICE_CHUNK_ELEMS = 1 << 24
+
+
+def _kernels_run(x) -> bool:
+    """Whether the one-pass Triton kernels (row maxima, int8 codes) take tensor ``x``: a CUDA
+    tensor, or a CPU tensor under Triton's interpreter."""
+    from ..gpu._launch import interpreting
+
+    return x.is_cuda or interpreting()
+
+
+_INDEX: dict = {}
+
+
+def index_tensor(key: tuple, build, dev):
+    """A constant int64 tensor on ``dev`` (``build()``: its NumPy values), made once per
+    ``key`` and device and kept (at most 256): the index vectors a call of one shape needs,
+    without a launch or a synchronising copy on later calls.  Read only."""
+    import torch
+
+    from ..gpu._launch import host_to_device
+
+    k = key + (str(dev),)
+    t = _INDEX.get(k)
+    if t is None:
+        t = host_to_device(torch.from_numpy(build()), dev)
+        if dev.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return t  # (not kept: a graph's memory pool owns it)
+        if len(_INDEX) >= 256:
+            _INDEX.clear()
+        _INDEX[k] = t
+    return t
+
+
+def to_device(arrays, dev) -> list:
+    """Host NumPy arrays of 8-byte dtypes (int64, float64) on ``dev`` in one non-blocking
+    copy (:func:`lowprec.gpu._launch.host_to_device`; no synchronisation): views of one
+    buffer, each C-contiguous, of its array's shape and dtype, 16-byte aligned."""
+    import torch
+
+    from ..gpu._launch import host_to_device
+
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    offs, n = [], 0
+    for a in arrays:
+        offs.append(n)
+        n += -(-a.size // 2) * 2
+    buf = np.zeros(n, dtype=np.int64)
+    for a, o in zip(arrays, offs, strict=True):
+        buf[o:o + a.size] = a.reshape(-1).view(np.int64)
+    t = host_to_device(torch.from_numpy(buf), dev)
+    tdt = {np.dtype(np.int64): torch.int64, np.dtype(np.float64): torch.float64}
+    return [t[o:o + a.size].view(tdt[a.dtype]).reshape(a.shape)
+            for a, o in zip(arrays, offs, strict=True)]
 
 
 @dataclass
@@ -75,16 +128,22 @@ class DeviceProblem(ProblemShape):
     """An attention call on a device (the twin of :class:`~.problem.Problem`).
 
     Attributes:
-        q: float32 ``(B, Lq, d)``; k, v: float32 ``(Bk, Lk, d)``, ``(Bk, Lk, dv)``.
+        q_in: ``(B, Lq, d)``; k_in, v_in: ``(Bk, Lk, d)``, ``(Bk, Lk, dv)``: the problem's
+            values, C-contiguous, in the inputs' own dtype where it holds them exactly
+            (bfloat16, float16, float32; float64 when the scheme keeps it), float64 inputs
+            otherwise rounded to float32.  The Triton kernels read these
+            (:func:`row_amax`, :func:`int8_codes`); :attr:`q`, :attr:`k`, :attr:`v` are the
+            same values in the float dtype ``ft``, made on first use.
         kv: int64 ``(B,)``: the key/value entry of each query entry.
         scale, causal, lead, in_dtype: as the Problem's.
         mask: None or float32 additive planes ``(M, Lq, Lk)`` (0, finite, -inf);
             mask_map: int64 ``(B,)`` tensor (None without a mask).
+        ft: the float dtype of :attr:`q`, :attr:`k`, :attr:`v` (float32, or float64 kept).
     """
 
-    q: Any
-    k: Any
-    v: Any
+    q_in: Any
+    k_in: Any
+    v_in: Any
     kv: Any
     scale: float
     causal: bool
@@ -92,11 +151,48 @@ class DeviceProblem(ProblemShape):
     mask_map: Any
     lead: tuple
     in_dtype: Any
+    ft: Any
+    _float: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def _as_float(self, name: str):
+        t = self._float.get(name)
+        if t is None:
+            x = getattr(self, name + "_in")
+            t = self._float[name] = x if x.dtype == self.ft else x.to(self.ft)
+        return t
+
+    @property
+    def q(self):
+        """``q_in`` in ``ft`` (a copy made once, for the torch-operations paths)."""
+        return self._as_float("q")
+
+    @property
+    def k(self):
+        """``k_in`` in ``ft`` (made once)."""
+        return self._as_float("k")
+
+    @property
+    def v(self):
+        """``v_in`` in ``ft`` (made once)."""
+        return self._as_float("v")
+
+    # ProblemShape's sizes, read from the stored tensors (no float copy made for them)
+    B = property(lambda self: self.q_in.shape[0], doc="Batch entries (leading dims).")
+    Lq = property(lambda self: self.q_in.shape[1], doc="Query length.")
+    Lk = property(lambda self: self.k_in.shape[1], doc="Key length.")
+    d = property(lambda self: self.q_in.shape[2], doc="Head dim of q and k.")
+    dv = property(lambda self: self.v_in.shape[2], doc="Head dim of v (and the output).")
+
+    @property
+    def all_take_part(self) -> bool:
+        """Whether every query row and every key takes part (:meth:`taking_part` all True:
+        no mask, and no causal row before the first key)."""
+        return self.mask is None and self.Lk > 0 and (not self.causal or self.Lq <= self.Lk)
 
     @property
     def device(self):
         """The tensors' device."""
-        return self.q.device
+        return self.q_in.device
 
     def row_limits(self, r0: int, r1: int):
         """int64 ``(r1 - r0,)``: the last key rows ``r0 .. r1 - 1`` may see."""
@@ -148,12 +244,15 @@ class DeviceProblem(ProblemShape):
             rows_p = rows_p & keys_p
         return rows_p[self.mask_map], keys_p[self.mask_map]
 
-    def sequences(self):
-        """int64 ``(B,)`` tensor: the sequence of each entry (:meth:`Problem.sequences`)."""
-        import torch
-
+    def seq_ids(self) -> np.ndarray:
+        """Host int64 ``(B,)``: the sequence of each entry (:meth:`Problem.sequences`)."""
         per = self.B // self.lead[0] if self.lead and self.lead[0] else max(self.B, 1)
-        return torch.arange(self.B, dtype=torch.int64, device=self.device) // max(per, 1)
+        return np.arange(self.B, dtype=np.int64) // max(per, 1)
+
+    def sequences(self):
+        """int64 ``(B,)`` tensor: :meth:`seq_ids` on the device (made once per shape)."""
+        key = ("sequences", self.B, self.lead[:1])
+        return index_tensor(key, self.seq_ids, self.device)
 
     def floored(self, floor: float):
         """``(problem, n)``: :meth:`Problem.floored` on the device (``n`` read back)."""
@@ -207,11 +306,18 @@ def none_visible(vis, lim, Lk: int):
 
 
 def row_amax(x):
-    """float64 ``max |x|`` of every row of ``x (N, L, D)`` (0 for ``D == 0``; NaN/Inf kept)."""
+    """float64 ``max |x|`` of every row of ``x (N, L, D)`` (0 for ``D == 0``; NaN/Inf kept):
+    one pass of :func:`lowprec.gpu.rowstats.row_amax` over ``x`` in its own dtype (CUDA
+    tensors, or CPU tensors under Triton's interpreter; bfloat16, float16, float32), otherwise
+    torch's ``x.abs().amax(dim=-1)`` (the same values)."""
     import torch
 
     if x.shape[-1] == 0 or x.numel() == 0:
         return torch.zeros(x.shape[:-1], dtype=torch.float64, device=x.device)
+    from ..gpu import rowstats
+
+    if _kernels_run(x) and rowstats.kernel_takes(x):
+        return rowstats.row_amax(x)
     return x.abs().amax(dim=-1).double()
 
 
@@ -223,22 +329,35 @@ def entry_scales(amax):
     return torch.where(amax == 0, torch.ones_like(s), s)
 
 
-def scoped_amax(a, seen, group):
-    """``_int8.scoped_amax`` of row maxima ``a (B, L)`` over the rows ``seen``, maximised over
-    the entries of one ``group`` (int64 ``(B,)`` tensor or None)."""
+def seen_amax(a, seen):
+    """float64 ``(B,)``: the largest of the row maxima ``a (B, L)`` over the rows ``seen``
+    (boolean ``(B, L)``; None: every row), 0 for ``L == 0``."""
     import torch
 
     B, L = a.shape
-    if not L:
-        e = torch.zeros(B, dtype=torch.float64, device=a.device)
-    else:
-        e = torch.where(seen, a, torch.zeros((), dtype=a.dtype, device=a.device)).amax(dim=1) \
-            if B else torch.zeros(0, dtype=torch.float64, device=a.device)
-    if group is None or B == 0:
+    if not L or not B:
+        return torch.zeros(B, dtype=torch.float64, device=a.device)
+    if seen is not None:
+        a = torch.where(seen, a, torch.zeros((), dtype=a.dtype, device=a.device))
+    return a.amax(dim=1)
+
+
+def group_amax(e, group, ngroups: int | None = None):
+    """``e (B,)`` maximised over the entries of one ``group`` (int64 ``(B,)`` tensor or None)
+    of the ``ngroups`` groups (None: read back from ``group``), and 0."""
+    import torch
+
+    if group is None or e.shape[0] == 0:
         return e
-    g = torch.zeros(int(group.max()) + 1, dtype=torch.float64, device=a.device)
-    g = g.scatter_reduce(0, group, e, reduce="amax", include_self=True)
-    return g[group]
+    n = int(group.max()) + 1 if ngroups is None else ngroups
+    g = torch.zeros(n, dtype=torch.float64, device=e.device)
+    return g.scatter_reduce(0, group, e, reduce="amax", include_self=True)[group]
+
+
+def scoped_amax(a, seen, group, ngroups: int | None = None):
+    """``_int8.scoped_amax`` of row maxima ``a (B, L)`` over the rows ``seen`` (None: every
+    row), maximised over the entries of one ``group`` (:func:`group_amax`)."""
+    return group_amax(seen_amax(a, seen), group, ngroups)
 
 
 def codes(x, s_rows, qmin: int = -INT8_QMAX):
@@ -263,9 +382,10 @@ class DeviceQKV:
 
     Attributes:
         q8i: int8 ``(B, Lq, d)`` codes of q.
-        sq_row: float32 ``(B, Lq)``; sk, sv: float32 ``(B,)``; host: their float32 host
-            copies ``{"sq_row", "sk", "sv"}`` (NumPy, read back with the finiteness check:
-            the call's one synchronisation).
+        sq_row: float32 ``(B, Lq)``; sk, sv: float32 ``(B,)``; host: float32 host copies
+            ``{"sq", "sk", "sv"}`` (NumPy, read back with the finiteness check: the call's
+            one synchronisation), ``sq`` q's scales ``(B, groups)``, one per block of
+            ``block`` rows (``sq_row`` repeats them).
         groups, block, quantized: as ``QKV8``'s; saturated: int (``QKV8.saturated``).
         dp: the problem (the key/value codes of a chunk are made on demand: :meth:`k8t`).
     """
@@ -296,7 +416,7 @@ class DeviceQKV:
         """int8 ``(B, Lk, d)`` and ``(B, Lk, dv)``: k's and v's codes of every query entry
         (its key/value head's codes under its own scale; :mod:`lowprec.gpu.int8codes`)."""
         dp = self.dp
-        return int8_codes(dp.k, self.sk, dp.kv), int8_codes(dp.v, self.sv, dp.kv)
+        return int8_codes(dp.k_in, self.sk, dp.kv), int8_codes(dp.v_in, self.sv, dp.kv)
 
     def k8t(self, g0: int, g1: int):
         """float64 ``(g1 - g0, d, Lk)``: k's codes of entries ``g0 .. g1 - 1``, transposed."""
@@ -313,38 +433,30 @@ class DeviceQKV:
         return torch.matmul(self.q8i[g0:g1, r0:r1].double(), self.k8t(g0, g1))
 
 
-def _check_finite(dp: DeviceProblem) -> None:
-    """ValueError for NaN/Inf in q, k or v (``_int8.check_finite_inputs``'s message)."""
-    import torch
-
-    for name, t in (("q", dp.q), ("k", dp.k), ("v", dp.v)):
-        if t.numel() and not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
-
-
 def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: int = 128,
                      scope: str = "visible") -> DeviceQKV:
     """int8 q, k, v of a device problem: ``_int8.quantize_problem`` (``scope`` ``"visible"``:
     ``quantize_visible``; ``"tensor"``: ``quantize_qkv``), the same codes, scales and
-    counters."""
+    counters.  One pass over each of q, k, v for the row maxima, one for the codes (k's and
+    v's by :meth:`DeviceQKV.int8_kv` or per chunk), one read-back."""
     import torch
 
-    B, Lq, d = dp.q.shape
-    Lk = dp.Lk
+    B, Lq, Lk, d = dp.B, dp.Lq, dp.Lk, dp.d
     dev = dp.device
-    if scope == "tensor":
-        rows_q = torch.ones((B, Lq), dtype=torch.bool, device=dev)
-        keys = torch.ones((B, Lk), dtype=torch.bool, device=dev)
-        group = torch.zeros(B, dtype=torch.int64, device=dev) \
-            if granularity == "per_tensor" else None
-    else:
+    rows_q = keys = None  # None: every row / key takes part
+    if scope != "tensor" and not dp.all_take_part:
         rows_q, keys = dp.taking_part()
-        group = dp.sequences() if granularity == "per_tensor" else None
-    aq = row_amax(dp.q)
-    ak_kv, av_kv = row_amax(dp.k), row_amax(dp.v)
-    ak, av = ak_kv[dp.kv], av_kv[dp.kv]
-    sk = entry_scales(scoped_amax(ak, keys, group))
-    sv = entry_scales(scoped_amax(av, keys, group))
+    group = ng = None
+    if granularity == "per_tensor":
+        if scope == "tensor":
+            group, ng = index_tensor(("zeros", B), lambda: np.zeros(B, np.int64), dev), 1
+        else:
+            group, ng = dp.sequences(), int(dp.seq_ids().max()) + 1
+    aq = row_amax(dp.q_in)
+    ak_kv, av_kv = row_amax(dp.k_in), row_amax(dp.v_in)
+    sk, sv = (entry_scales(group_amax(seen_amax(a[dp.kv], keys) if keys is not None else
+                                      seen_amax(a, None)[dp.kv], group, ng))
+              for a in (ak_kv, av_kv))
     blocks, nblk = 1, max(Lq, 1)
     if granularity == "per_block" and Lq:
         nblk = block
@@ -352,38 +464,47 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
         pad = blocks * block - Lq
         ap = torch.cat([aq, torch.zeros((B, pad), dtype=aq.dtype, device=dev)], 1) \
             if pad else aq
-        rp = torch.cat([rows_q, torch.zeros((B, pad), dtype=torch.bool, device=dev)], 1) \
-            if pad else rows_q
-        amax = scoped_amax(ap.reshape(B * blocks, block), rp.reshape(B * blocks, block), None)
-        sq_row = entry_scales(amax).reshape(B, blocks).repeat_interleave(block, dim=1)[:, :Lq]
+        rp = rows_q if rows_q is None or not pad else \
+            torch.cat([rows_q, torch.zeros((B, pad), dtype=torch.bool, device=dev)], 1)
+        sq = entry_scales(seen_amax(ap.reshape(B * blocks, block),
+                                    None if rp is None else rp.reshape(B * blocks, block)))
+        sq = sq.reshape(B, blocks)
+        sq_row = sq.repeat_interleave(block, dim=1)[:, :Lq]
     else:
-        sq_row = entry_scales(scoped_amax(aq, rows_q, group))[:, None].expand(B, Lq)
+        sq = entry_scales(scoped_amax(aq, rows_q, group, ng))[:, None]
+        sq_row = sq.expand(B, Lq)
     sq_row = sq_row.contiguous()
-    # the one read-back: q, k, v finite (an amax is NaN / Inf iff its rows hold one), the
+    # the one read-back: the largest |x| of q, k, v (NaN / Inf iff the tensor holds one), the
     # smallest scale of the rows and keys taking part (subnormal: count saturations), the
-    # scales themselves (host copies for the schemes' host-side steps)
+    # scales themselves (host copies for the schemes' host-side steps; q's per block)
     inf = torch.full((1,), math.inf, dtype=torch.float64, device=dev)
-    fin = [torch.isfinite(a).all().reshape(1).double() if a.numel() else inf.new_ones(1)
-           for a in (aq, ak_kv, av_kv)]
-    kseen = keys.any(dim=1)
-    low = [torch.where(seen, sc.double(), inf).amin().reshape(1) if seen.numel() else inf
-           for seen, sc in ((rows_q, sq_row), (kseen, sk), (kseen, sv))]
-    host = torch.cat(fin + low + [sq_row.reshape(-1).double(), sk.double(), sv.double()])
+    top = [a.amax().reshape(1) if a.numel() else inf.new_zeros(1) for a in (aq, ak_kv, av_kv)]
+    if rows_q is None:
+        low = [sc.amin().reshape(1).double() for sc in (sq, sk, sv)]
+    else:
+        kseen = keys.any(dim=1)
+        low = [torch.where(seen, sc.double(), inf).amin().reshape(1) if seen.numel() else inf
+               for seen, sc in ((rows_q, sq_row), (kseen, sk), (kseen, sv))]
+    host = torch.cat(top + low + [sq.reshape(-1).double(), sk.double(), sv.double()])
     host = host.cpu().numpy()
     for i, name in enumerate(("q", "k", "v")):
-        if host[i] != 1.0:
+        if not np.isfinite(host[i]):
             raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
-    sat = _count_sat(dp.q, sq_row, rows_q) if host[3] < _F32_MIN_NORMAL else 0
-    for x, s, lo in ((dp.k, sk, host[4]), (dp.v, sv, host[5])):  # rare: a subnormal scale
-        if lo < _F32_MIN_NORMAL:
-            sr = s[:, None].expand(B, Lk)
-            sat += sum(_count_sat(x[dp.kv[b]][None], sr[b:b + 1], keys[b:b + 1])
-                       for b in range(B))
-    n = B * Lq
-    hs = {"sq_row": host[6:6 + n].astype(np.float32).reshape(B, Lq),
+    sat = 0
+    if min(host[3:6]) < _F32_MIN_NORMAL:  # rare: a subnormal scale
+        if rows_q is None:
+            rows_q, keys = dp.taking_part()
+        sat = _count_sat(dp.q, sq_row, rows_q) if host[3] < _F32_MIN_NORMAL else 0
+        for x, s, lo in ((dp.k, sk, host[4]), (dp.v, sv, host[5])):
+            if lo < _F32_MIN_NORMAL:
+                sr = s[:, None].expand(B, Lk)
+                sat += sum(_count_sat(x[dp.kv[b]][None], sr[b:b + 1], keys[b:b + 1])
+                           for b in range(B))
+    n = B * blocks
+    hs = {"sq": host[6:6 + n].astype(np.float32).reshape(B, blocks),
           "sk": host[6 + n:6 + n + B].astype(np.float32),
           "sv": host[6 + n + B:6 + n + 2 * B].astype(np.float32)}
-    return DeviceQKV(q8i=int8_codes(dp.q, sq_row), sq_row=sq_row, sk=sk, sv=sv,
+    return DeviceQKV(q8i=int8_codes(dp.q_in, sq_row), sq_row=sq_row, sk=sk, sv=sv,
                      groups=blocks, block=nblk, quantized=B * (Lq * d + Lk * d + Lk * dp.dv),
                      saturated=sat, dp=dp, host=hs)
 
@@ -404,13 +525,12 @@ def fused_kernels(dp: DeviceProblem) -> bool:
 
 
 def int8_codes(x, scales, src=None, qmin: int = -INT8_QMAX):
-    """int8 codes of float32 ``x`` (:func:`lowprec.gpu.int8codes.int8_codes`: CUDA tensors,
-    or CPU tensors under Triton's interpreter; otherwise :func:`codes` in torch operations)."""
+    """int8 codes of ``x`` (:func:`lowprec.gpu.int8codes.int8_codes`, bfloat16, float16 or
+    float32 read as stored: CUDA tensors, or CPU tensors under Triton's interpreter;
+    otherwise :func:`codes` in torch operations)."""
     import torch
 
-    from ..gpu._launch import interpreting
-
-    if x.is_cuda or interpreting():
+    if _kernels_run(x) and x.dtype in (torch.bfloat16, torch.float16, torch.float32):
         from ..gpu.int8codes import int8_codes as kernel
 
         return kernel(x, scales, src, qmin)
@@ -454,6 +574,7 @@ def out_rows(acc, sv, pmax: float):
 
 
 __all__ = ["DeviceProblem", "DeviceRows", "DeviceQKV", "quantize_problem", "chunks", "codes",
-           "row_amax", "entry_scales", "scoped_amax", "none_visible", "out_rows",
+           "row_amax", "entry_scales", "scoped_amax", "seen_amax", "group_amax",
+           "none_visible", "out_rows", "index_tensor", "to_device",
            "fused_kernels", "int8_codes", "float_scores", "float_output",
            "DEVICE_CHUNK_ELEMS"]

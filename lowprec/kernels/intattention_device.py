@@ -81,16 +81,16 @@ from .problem import SCALE_SCOPES
 _LUTS: dict = {}
 
 
-def _device_lut(bits: int, c: float, lut: np.ndarray, dev):
-    """The int64 LUT of ``(bits, c)`` on ``dev``, copied there once."""
+def _device_lut(bits: int, c: float, lut: np.ndarray, dev, dtype=None):
+    """The LUT of ``(bits, c)`` on ``dev`` (int64, or ``dtype``), copied there once."""
     import torch
 
-    key = (bits, float(c), str(dev))
+    key = (bits, float(c), str(dev), str(dtype))
     t = _LUTS.get(key)
     if t is None:
         if len(_LUTS) > 64:
             _LUTS.clear()
-        t = _LUTS[key] = torch.from_numpy(lut).to(dev)
+        t = _LUTS[key] = torch.from_numpy(lut if dtype is None else lut.astype(dtype)).to(dev)
     return t
 
 
@@ -189,12 +189,12 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
     B, Lq, Lk = dp.B, dp.Lq, dp.Lk
     dev = dp.device
     qz = quantize_problem(dp, gran, blk, scope)
-    alpha_row = qz.sq_row.double() * qz.sk.double()[:, None] * dp.scale
-    alpha_h = qz.host["sq_row"].astype(np.float64) * \
+    # the thresholds per block of q's rows (one value per scale; cint_h repeats them per row)
+    alpha_h = qz.host["sq"].astype(np.float64) * \
         qz.host["sk"].astype(np.float64)[:, None] * dp.scale  # (the same IEEE products)
-    cint_h = clip_threshold(alpha_h, cf, deploy=dep) if alpha_h.size else \
-        np.zeros((B, Lq), dtype=np.int64)
-    cint_h = np.asarray(cint_h, dtype=np.int64).reshape((B, Lq))
+    cint_b = np.asarray(clip_threshold(alpha_h, cf, deploy=dep), dtype=np.int64) \
+        if alpha_h.size else np.zeros((B, qz.groups), dtype=np.int64)
+    cint_h = _per_row(cint_b.reshape(B, qz.groups), qz.block, Lq)
     lut = index_lut(b, cf).astype(np.int64)
     nb = (1 << b) - 1
     pmax = P_SCALES[pf]
@@ -218,18 +218,18 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
         # the thresholds again on the device, from the same float64 values by the same IEEE
         # division and rounding as clip_threshold's (no copy to the device)
         cf_t = torch.full((), cf, dtype=torch.float64, device=dev)
-        cint_t = (cf_t / alpha_row).round().to(torch.int32)
+        cint_t = (cf_t / _alpha_rows(dp, qz)).round().to(torch.int32)
         k8, v8 = qz.int8_kv()
         out, info_all = intattention_rows(
-            qz.q8i, k8, v8, cint_t, lut_t.to(torch.int32), qz.sv.contiguous(),
+            qz.q8i, k8, v8, cint_t, _device_lut(b, cf, lut, dev, np.int32), qz.sv.contiguous(),
             causal=dp.causal, mode=mode, nb=nb, iz=iz, pmax=pmax,
             c_max=int(cint_h.max()) if cint_h.size else 1)
         msat = 0
     else:
-        cint_t = torch.from_numpy(cint_h).to(dev)
+        cint_t = torch.from_numpy(np.ascontiguousarray(cint_h)).to(dev)
         mult_t = torch.from_numpy(mult_h).to(dev)
-        out, info_all, msat = _intattention_rows(dp, qz, alpha_row, cint_t, mult_t, lut_t, iz,
-                                                 nb, mode, pmax, dep, tail_from)
+        out, info_all, msat = _intattention_rows(dp, qz, _alpha_rows(dp, qz), cint_t, mult_t,
+                                                 lut_t, iz, nb, mode, pmax, dep, tail_from)
     if not return_stats:
         return out, None
     # sums on the device, one small copy (the CPU's _core_stats of the row counters)
@@ -244,6 +244,20 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
                      qz.quantized, qz.saturated, int(red[-1]))
     st.unnormalized_rows = int(red[-2])
     return out, st
+
+
+def _per_row(blocks: np.ndarray, block: int, Lq: int) -> np.ndarray:
+    """``(B, Lq)``: the values of ``blocks (B, groups)``, one per ``block`` rows, repeated
+    for each row (a read-only broadcast view for one group)."""
+    if blocks.shape[1] == 1:
+        return np.broadcast_to(blocks, (blocks.shape[0], Lq))
+    return np.repeat(blocks, block, axis=1)[:, :Lq]
+
+
+def _alpha_rows(dp: DeviceProblem, qz):
+    """float64 ``(B, Lq)`` logit scales ``s_q s_k scale`` of every row on the device (the
+    products of the host's ``alpha``)."""
+    return qz.sq_row.double() * qz.sk.double()[:, None] * dp.scale
 
 
 def _fused_ok(dp: DeviceProblem, deploy: bool) -> bool:

@@ -139,6 +139,25 @@ def _check_inputs(dp: DeviceProblem, keys, scale_dtype: str):
                 raise ValueError(_F16_WHY)
 
 
+def _check_amax(amax, stats: bool) -> list:
+    """The CPU's NaN / Inf errors of q, k, v (:func:`_check_inputs` without a mask, in its
+    order) from their row maxima ``amax`` (NaN / Inf iff the tensor holds one; every stored
+    key/value head is some entry's), in one read-back; with ``stats`` the same read-back
+    tells, per tensor, whether a nonzero row maximum is below ``127 * 2**-126`` (a subnormal
+    scale: saturations to count)."""
+    import torch
+
+    parts = [a.amax().reshape(1) for a in amax]
+    if stats:
+        low = _const(INT8_QMAX * 2.0**-126, torch.float64, amax[0].device)
+        parts += [((a > 0) & (a < low)).any().reshape(1).double() for a in amax]
+    host = torch.cat(parts).cpu().numpy()
+    for name, top in zip("qkv", host[:3], strict=True):
+        if not np.isfinite(top):
+            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
+    return [bool(x) for x in host[3:]] if stats else [False] * 3
+
+
 def _half_v(dp: DeviceProblem):
     """v in float16 (variant ``"half"``), with the CPU's error when it does not fit."""
     import torch
@@ -363,12 +382,16 @@ def tile_counts(Lq: int, Lk: int, Br: int, Bc: int, causal: bool) -> tuple[int, 
     return tiles, nq * nk - tiles
 
 
-def _codes_i8(x, scale_dtype: str, stats: bool, per_entry: bool = False):
+def _codes_i8(x, scale_dtype: str, stats: bool, per_entry: bool = False, amax=None,
+              subnormal: bool = True):
     """:func:`quantize_rows` of ``x (N, L, D)`` with int8 codes: ``(codes int8 (N, L, D),
     scales float32, saturated int64 or None)``, one scale per row ``(N, L)`` or, with
-    ``per_entry``, per entry ``(N,)`` (v's).  float32 scales: the codes in one pass
+    ``per_entry``, per entry ``(N,)`` (v's).  float32 scales: from the row maxima ``amax``
+    (:func:`~.device_rows.row_amax` of ``x``; None: computed here), the codes in one pass
     (:func:`~.device_rows.int8_codes`: the same ``clamp(RNE(fl64(x) / s))``; a zero scale,
-    whose row's values round to 0, divides by 1), the saturations only with ``stats``."""
+    whose row's values round to 0, divides by 1), the saturations only with ``stats``, and
+    counted only when ``subnormal`` (some nonzero scale below ``2**-126``; otherwise there
+    are none: a normal ``s = fl32(amax / 127)`` has ``127.5 s > amax``)."""
     import torch
 
     from .device_rows import int8_codes
@@ -377,12 +400,17 @@ def _codes_i8(x, scale_dtype: str, stats: bool, per_entry: bool = False):
     if scale_dtype == "float16":
         c, s, sat = quantize_rows(x.reshape(N, -1) if per_entry else x, scale_dtype)
         return c.reshape(x.shape).to(torch.int8), s, sat
-    s = (row_amax(x.reshape(N, -1) if per_entry else x)
-         / _const(INT8_QMAX, torch.float64, x.device)).float()
+    if amax is None:
+        amax = row_amax(x)
+    if per_entry:
+        amax = amax.amax(dim=1)
+    s = (amax / _const(INT8_QMAX, torch.float64, x.device)).float()
     zero = s == 0
-    c = int8_codes(x.contiguous(), torch.where(zero, 1.0, s))
+    c = int8_codes(x, torch.where(zero, 1.0, s))
     if not stats:
         return c, s, None
+    if not subnormal:
+        return c, s, torch.zeros(s.shape, dtype=torch.int64, device=x.device)
     return c, s, _saturated(x, s, zero, 2 if per_entry else 1)
 
 
@@ -391,20 +419,33 @@ def _fused(dp: DeviceProblem, return_stats: bool, Br: int, Bc: int, half: bool,
     """A call without a mask in one kernel (:func:`lowprec.gpu.intflash_kernel.intflash_rows`):
     the checks and quantization of :class:`_Inputs` with int8 codes, v's once per stored
     head (every key takes part, so each entry's v scale is its stored head's); the tile
-    counts from the shape; one read-back, with the statistics only."""
+    counts from the shape; with float32 scales one pass over each of q, k, v for its row
+    maxima (the finiteness check and the scales) and one for its codes, one read-back before
+    the kernel (the check; with statistics also whether a scale is subnormal) and one after
+    it, with the statistics only."""
     import torch
 
     from ..gpu.intflash_kernel import intflash_rows
 
-    _check_inputs(dp, None, scale_dtype)
     st = return_stats
-    q8, sq, satq = _codes_i8(dp.q, scale_dtype, st)
-    k8, sk, satk = _codes_i8(dp.k, scale_dtype, st)  # per stored head
+    if scale_dtype == "float16":
+        _check_inputs(dp, None, scale_dtype)
+        q8, sq, satq = _codes_i8(dp.q, scale_dtype, st)
+        k8, sk, satk = _codes_i8(dp.k, scale_dtype, st)  # per stored head
+        v, svh, sath = (None, None, None) if half else \
+            _codes_i8(dp.v, scale_dtype, st, per_entry=True)
+    else:
+        amax = [row_amax(x) for x in (dp.q_in, dp.k_in, dp.v_in)]
+        sub = _check_amax(amax, st)
+        q8, sq, satq = _codes_i8(dp.q_in, scale_dtype, st, amax=amax[0], subnormal=sub[0])
+        k8, sk, satk = _codes_i8(dp.k_in, scale_dtype, st, amax=amax[1], subnormal=sub[1])
+        v, svh, sath = (None, None, None) if half else \
+            _codes_i8(dp.v_in, scale_dtype, st, per_entry=True, amax=amax[2],
+                      subnormal=sub[2])
     if half:
         v, satv = _half_v(dp).contiguous(), None
         sv = torch.zeros(dp.B, dtype=torch.float32, device=dp.device)
     else:
-        v, svh, sath = _codes_i8(dp.v, scale_dtype, st, per_entry=True)
         sv = svh[dp.kv]
         satv = None if sath is None else sath[dp.kv].sum()
     out, rc = intflash_rows(q8, sq.contiguous(), k8, sk.contiguous(), v, sv.contiguous(),

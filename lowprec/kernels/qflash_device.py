@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._int8 import FINITE_WHY
 from ._qflash_rows import (
     _C_EXP_OVF,
     _C_I32_WRAP,
@@ -44,13 +45,13 @@ from ._qflash_rows import (
 )
 from .device_rows import (
     DeviceProblem,
-    _check_finite,
     chunks,
     codes,
     fused_kernels,
     int8_codes,
     row_amax,
-    scoped_amax,
+    seen_amax,
+    to_device,
 )
 from .problem import LOG2E
 from .qflash import (
@@ -160,20 +161,38 @@ def _f32_to_i32(v):
 
 
 def _scales(dp: DeviceProblem, scope: str):
-    """float64 host ``(B,)`` scales of q, k, v (``qflash._qflash``'s) and the groups."""
-    B = dp.B
+    """float64 host ``(B,)`` scales of q, k, v (``qflash._qflash``'s) and the groups, after
+    the CPU's finiteness check of q, k, v (``_int8.check_finite_inputs``' errors, in that
+    order): one pass over each tensor for its row maxima (:func:`~.device_rows.row_amax`) and
+    one read-back for both."""
+    import torch
+
+    aq, ak, av = (row_amax(x) for x in (dp.q_in, dp.k_in, dp.v_in))
+    top = [seen_amax(a, None) for a in (aq, ak, av)]  # per entry / stored head; NaN, Inf kept
+    ent = []
+    if scope == "visible":  # per query entry, over its rows and keys taking part
+        if dp.all_take_part:
+            ent = [top[0], top[1][dp.kv], top[2][dp.kv]]
+        else:
+            rows, keys = dp.taking_part()
+            ent = [seen_amax(aq, rows), seen_amax(ak[dp.kv], keys),
+                   seen_amax(av[dp.kv], keys)]
+    host = torch.cat(top + ent).cpu().numpy()
+    B, Bk = dp.B, dp.k_in.shape[0]
+    vals = np.split(host, np.cumsum([B, Bk, Bk, B, B]))
+    for name, a in zip("qkv", vals[:3], strict=True):
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
     if scope == "visible":
-        rows, keys = dp.taking_part()
-        group = dp.sequences()
-        amax = [scoped_amax(row_amax(dp.q), rows, group),
-                scoped_amax(row_amax(dp.k)[dp.kv], keys, group),
-                scoped_amax(row_amax(dp.v)[dp.kv], keys, group)]
-        amax = [a.cpu().numpy() for a in amax]
-        group = group.cpu().numpy()
+        group = dp.seq_ids()
+        amax = []
+        for e in vals[3:6]:  # scoped_amax's maximum over each group (and 0), on the host
+            g = np.zeros(int(group.max()) + 1)
+            np.maximum.at(g, group, e)
+            amax.append(g[group])
     else:
         group = np.zeros(B, dtype=np.int64)
-        amax = [np.full(B, float(x.abs().amax()) if x.numel() else 0.0, dtype=np.float64)
-                for x in (dp.q, dp.k, dp.v)]
+        amax = [np.full(B, float(a.max()) if a.size else 0.0) for a in vals[:3]]
     return [np.where(a > 0, a / 127.0, 1.0) for a in amax], group
 
 
@@ -290,35 +309,31 @@ def qflash(dp: DeviceProblem, return_stats: bool, block_k: int = BLOCK_K_DEFAULT
 
     scope, bk, m_init, division, accumulate = qflash_options(
         dp.Lk, dp.d, block_k, m_init, division, on_hazard, scale_scope, scale_update)
-    _check_finite(dp)
     B, dev = dp.B, dp.device
     s_ent, group = _scales(dp, scope)
     bounds = np.flatnonzero(np.diff(group)) + 1
     consts, zero = [], False
-    per = {c: np.zeros(B, np.int64) for c in ("R", "exp_M", "req_M", "l_M", "acc_M")}
+    names = ("R", "exp_M", "req_M", "l_M", "acc_M")
+    const = np.zeros((B, len(names)), np.int64)
     sv_h, s_h = np.zeros(B), np.zeros(B)
     for e0, e1 in zip(np.r_[0, bounds].tolist(), np.r_[bounds, B].tolist(), strict=True):
         sq, sk, sv = (float(s[e0]) for s in s_ent)
         c = QFlashConstants.from_scales(sq, sk, sv, dp.scale)
         check_exp_M(c, on_hazard)
-        for name in per:
-            per[name][e0:e1] = getattr(c, name)
+        const[e0:e1] = [getattr(c, name) for name in names]
         sv_h[e0:e1], s_h[e0:e1] = c.s_v, c.s
         consts.append(c.to_dict())
         zero = zero or c.exp_M_zero
-    ent_c = {k: torch.from_numpy(v).to(dev) for k, v in per.items()}
-    ent_c["sk"] = torch.from_numpy(np.ascontiguousarray(s_ent[1])).to(dev)
-    ent_c["sv"] = torch.from_numpy(sv_h).to(dev)
-    ent_c["s"] = torch.from_numpy(s_h).to(dev)
-    sq_t = torch.from_numpy(np.ascontiguousarray(s_ent[0])).to(dev)
+    # the host constants and scales on the device in one copy, without waiting
+    const_t, sk_t, sv_t, s_t, sq_t = to_device([const, s_ent[1], sv_h, s_h, s_ent[0]], dev)
+    ent_c = {name: const_t[:, i] for i, name in enumerate(names)}
+    ent_c.update(sk=sk_t, sv=sv_t, s=s_t)
     if dp.mask is None and fused_kernels(dp):  # one Triton kernel (lowprec.gpu.qflash_kernel)
         from ..gpu.qflash_kernel import qflash_rows
 
-        const = np.stack([per[c] for c in ("R", "exp_M", "req_M", "l_M", "acc_M")], axis=1)
         out, rc = qflash_rows(
-            int8_codes(dp.q, sq_t, None, -128), int8_codes(dp.k, ent_c["sk"], dp.kv, -128),
-            int8_codes(dp.v, ent_c["sv"], dp.kv, -128),
-            torch.from_numpy(np.ascontiguousarray(const)).to(dev), ent_c["sv"],
+            int8_codes(dp.q_in, sq_t, None, -128), int8_codes(dp.k_in, sk_t, dp.kv, -128),
+            int8_codes(dp.v_in, sv_t, dp.kv, -128), const_t, sv_t,
             causal=dp.causal, block_k=bk, m_init=m_init, division=division,
             accumulate=accumulate)
         cnt = rc.sum(dim=1)
