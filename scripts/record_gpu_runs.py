@@ -44,6 +44,11 @@ LONG_CONTEXT = (
 )
 
 
+#: the session-5 commands (their JSON: e2e_s5.json, bench_authors_s5.json)
+S5_E2E = "--lengths 2048 --compile --schemes hif8,intattention,qflash --repeat 5"
+S5_AUTHORS = "--lengths 4096,16384 --causal no --intfa-config 32,128,3,4"
+
+
 def _load(name: str):
     return json.loads((RUNS / name).read_text())
 
@@ -193,6 +198,14 @@ def document() -> str:
             "the authors' causal full-INT8 call at 16384 (an illegal memory access in their "
             "kernel launch, which ends the CUDA context).", "",
             "```", authors(lines), "```", ""]
+    out += ["## Session 5: the fast QFlash tiles and the one-pass preparation", "",
+            "The same two benchmarks after the QFlash kernel's fast tiles, the register-table "
+            "gather of IntAttention's pass 2 and the preparation that reads q, k, v as stored "
+            "(docs/design.md, \"Fused Triton kernels of the row-wise schemes\"):", "",
+            "`benchmarks/bench_gpu_emulate.py " + S5_E2E + "`:", "",
+            "```", e2e(_load("e2e_s5.json")), "```", "",
+            "`benchmarks/bench_authors.py " + S5_AUTHORS + "`:", "",
+            "```", authors(_load("bench_authors_s5.json")["rows"]), "```", ""]
     return "\n".join(out)
 
 
