@@ -198,6 +198,61 @@ def test_same_errors(case):
     assert str(e1.value) == str(e2.value)
 
 
+@pytest.mark.parametrize("scheme,opts", [
+    ("intattention", {}), ("intattention", dict(granularity="per_channel")),
+    ("intattention", dict(granularity="per_block", block=16)),
+    ("intattention", dict(scale_scope="tensor")), ("intattention", dict(p_format="int8")),
+    ("quant_only", {}), ("hccs", {}), ("qflash", {}), ("index_softmax_only", {}),
+])
+def test_llama_shaped_calls_defer_their_statistics(scheme, opts):
+    """The call ``lp.emulate`` makes for a Llama layer (one sequence, causal with Lq == Lk, no
+    mask, GQA by index, bfloat16; every row and key takes part): the CPU's outputs and
+    statistics; with ``defer=True`` the statistics arrive as a Pending that resolves to the
+    immediate call's (and the output is the same)."""
+    from lowprec.kernels.device import Pending
+
+    q, k, v = qkv(Z=1, Hq=4, Hkv=2, Lq=40, Lk=40, seed=14, dtype=torch.bfloat16)
+    if scheme == "index_softmax_only":  # a NaN score (a NaN row: nonfinite_rows)
+        q[0, 1, 4, 0] = torch.nan
+    both(q, k, v, scheme, causal=True, **opts)
+    call = dict(causal=True, return_stats=True, options=opts, gqa=True, with_empty=True)
+    with on_device():
+        now = attention_device(get_scheme(scheme), dev(q), dev(k), dev(v), **call)
+        later = attention_device(get_scheme(scheme), dev(q), dev(k), dev(v), defer=True,
+                                 **call)
+    assert isinstance(later[1], Pending) and later[3] is None
+    same_out(now[0].cpu(), later[0])
+    st, n_none = later[1].resolve()
+    same_stats(now[1], st)
+    assert n_none == now[3] == 0 and later[1].resolve()[0] is st
+    assert scheme != "index_softmax_only" or st.nonfinite_rows > 0
+
+
+def test_deferred_call_reads_back_for_its_checks_only(monkeypatch):
+    """``intattention`` with ``defer=True`` reads back once in the call (the inputs' largest
+    values and the scales, for its checks and thresholds), not for its statistics; an input
+    with NaN still raises in the call."""
+    q, k, v = qkv(Z=1, Hq=4, Hkv=2, Lq=32, Lk=32, seed=15, dtype=torch.bfloat16)
+    call = dict(causal=True, return_stats=True, options={}, gqa=True, with_empty=True)
+    s = get_scheme("intattention")
+    reads = []
+    cpu = torch.Tensor.cpu
+
+    def counted(t, *a, **kw):
+        reads.append(t.shape)
+        return cpu(t, *a, **kw)
+
+    with on_device():
+        attention_device(s, dev(q), dev(k), dev(v), defer=True, **call)  # (warm the caches)
+        monkeypatch.setattr(torch.Tensor, "cpu", counted)
+        res = attention_device(s, dev(q), dev(k), dev(v), defer=True, **call)
+        assert len(reads) == 1
+        res[1].resolve()
+        q[0, 2, 5, 1] = torch.nan
+        with pytest.raises(ValueError, match="q contains NaN or Inf"):
+            attention_device(s, dev(q), dev(k), dev(v), defer=True, **call)
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_empty_shapes(scheme):
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=0, Lk=8, seed=11)

@@ -26,7 +26,7 @@ import lowprec as lp  # noqa: E402
 from lowprec.kernels import device as kdev  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
-#: the two kinds of device path: the GPU engine (statistics deferred) and a row-wise scheme
+#: the two kinds of device path: the GPU engine and a row-wise scheme (both defer statistics)
 SCHEMES = {"hif8": {"tau": 1, "block_q": 4, "block_k": 4}, "intattention": {}}
 LAYERS = 3
 
@@ -125,7 +125,7 @@ def test_device_map_disk_offload(plain, tmp_path):
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_device_and_cpu_paths_merge_in_call_order(plain, scheme):
     """Layers 0 and 2 take the device path (forced on CPU tensors, the GPU engine in
-    Triton's interpreter; ``hif8``'s statistics deferred as on a GPU), layer 1 the CPU path:
+    Triton's interpreter; statistics deferred as on a GPU), layer 1 the CPU path:
     one report, records in call order, equal to the all-CPU run."""
     m = plain[0]
     forced = []
@@ -144,9 +144,9 @@ def test_device_and_cpu_paths_merge_in_call_order(plain, scheme):
         with _device_calls() as seen, torch.no_grad(), \
                 lp.emulate(scheme, model=m, reference=True, **SCHEMES[scheme]) as run:
             out = m(input_ids=_ids()).logits
-            # engine calls wait for their statistics: layer 0's were recorded when layer 1's
-            # CPU call was, layer 2's are still on their way
-            assert len(run._deferred) == (1 if scheme == "hif8" else 0)
+            # device calls (the engine's and the row-wise ones) defer their statistics: layer
+            # 0's were recorded when layer 1's CPU call was, layer 2's are still on their way
+            assert len(run._deferred) == 1
             rep = _timeless(json.loads(run.stats.to_json(full=True)))
     finally:
         for h in handles:

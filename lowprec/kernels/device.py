@@ -6,7 +6,8 @@ row-wise schemes through their device functions (:mod:`lowprec.kernels.device_ro
 device and the scheme has an ``engine`` setup or a ``device`` function
 (:class:`lowprec.kernels.Scheme`); so does ``lp.emulate`` for a model on the GPU.  The call
 keeps the CPU path's contract, step by step (for the engine schemes; the row-wise ones:
-:func:`_attention_rows`, the same contract with a few read-backs of their own):
+:func:`_attention_rows`, the same contract with the read-backs their checks need in the call,
+and their statistics in one copy after them, which ``defer`` leaves on its way):
 
 * validation: the same checks and messages (:func:`~lowprec.kernels.problem.check_shapes`
   and :func:`~lowprec.kernels.problem.plane_map` on the tensors' shapes, the dtype rules of
@@ -279,9 +280,11 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
             int, read in the call's one synchronisation; 0 unless ``return_stats``).
         defer: with ``return_stats``, do not wait for the statistics: they travel to the host
             asynchronously and the call returns a :class:`Pending` in their place (and None
-            for ``n_none``); ``Pending.resolve()`` gives ``(stats, n_none)``.  Only for a
-            scheme of the GPU engine and a mask that needs no check (not a float mask, whose
-            NaN / +inf must raise in the call); otherwise the call reads back as usual.
+            for ``n_none``); ``Pending.resolve()`` gives ``(stats, n_none)``.  A scheme of
+            the GPU engine defers unless its mask needs a check (a float mask, whose NaN /
+            +inf must raise in the call: the call then reads back as usual); a row-wise
+            scheme always defers the read-back of its statistics, after the read-backs its
+            checks need in the call (the mask's, the inputs' finiteness, the scales).
 
     Returns:
         ``out`` (q's dtype and device, ``lead + (Lq, dv)``), ``(out, stats)`` with
@@ -319,9 +322,9 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
     B = int(np.prod(lead, dtype=np.int64))
     planes, mmap, bad = _mask_planes(attn_mask, lead, Lq, Lk, dev)
     empty = B == 0 or Lq == 0 or Lk == 0 or dv == 0
-    if s.engine is None:  # (reads back in the call: ``defer`` does not apply)
+    if s.engine is None:  # (its checks read back in the call; its statistics may be deferred)
         return _attention_rows(s, q, k, v, lead, sc, bool(causal), planes, mmap, bad,
-                               return_stats, options, gqa, with_empty)
+                               return_stats, options, gqa, with_empty, defer)
     if empty:
         _validate_options(s, SimpleNamespace(d=d, q=np.zeros(0, np.float32), scale=sc,
                                              in_dtype=np.float32), options)
@@ -427,43 +430,60 @@ def _noise_int8(dp, model: str, parts):
     """``problem.logit_noise`` of the int8 models (``"int8_tensor"``, ``"int8_entry"``,
     ``"int8_token"``) on the device
     (float64 ``(B, Lq)``; key/value heads by index).  Its sums run in torch's order, so a row
-    within a few float64 ulps of the threshold could count differently (never seen)."""
+    within a few float64 ulps of the threshold could count differently (never seen).
+    ``parts``: ``(rows, keys)`` taking part (:meth:`~.device_rows.DeviceProblem.taking_part`),
+    ``"all"`` when every row and key takes part (the same values as all-True parts, with the
+    operations that would leave them unchanged skipped), or None (the whole tensors)."""
     import torch
 
-    from .device_rows import row_amax
+    from .device_rows import index_tensor
 
-    B, Lq, d = dp.B, dp.Lq, dp.d
+    B, Lq, Lk, d = dp.B, dp.Lq, dp.Lk, dp.d
+    dev = dp.device
     q = dp.q_in.double()  # (the stored values, widened exactly)
     ksq = dp.k_in.double() ** 2  # (Bk, Lk, d)
-    ak = row_amax(dp.k_in)[dp.kv]  # (B, Lk)
+    tensor_scales = model == "int8_tensor" and not isinstance(parts, tuple)
+    ak = None if tensor_scales else dp.row_max("k")[dp.kv]  # (B, Lk)
     if parts is not None:
-        q = torch.where(parts[0][:, :, None], q, 0.0)
-        pk = parts[1].double()
-        nk = torch.clamp(parts[1].sum(dim=1), min=1).double()[:, None]
+        if isinstance(parts, str):  # "all" (a where on all-True parts is the identity)
+            pk = index_tensor(("ones", B, Lk), lambda: np.ones((B, Lk)), dev)
+            nk = index_tensor(("count", B, Lk), lambda: np.full((B, 1), float(Lk)), dev)
+        else:
+            q = torch.where(parts[0][:, :, None], q, 0.0)
+            pk = parts[1].double()
+            nk = torch.clamp(parts[1].sum(dim=1), min=1).double()[:, None]
+            ak = torch.where(parts[1], ak, 0.0)
         k2 = torch.matmul(pk[:, None, :], ksq[dp.kv])[:, 0] / nk  # (B, d)
-        ak = torch.where(parts[1], ak, 0.0)
     else:
         k2 = ksq.mean(dim=1)[dp.kv]
-    aq = q.abs().amax(dim=2) if d else torch.zeros((B, Lq), dtype=torch.float64,
-                                                   device=dp.device)
-    if model == "int8_token":  # q's step per query row, k's per key
-        sq = aq / 127.0
-        sk2 = (ak / 127.0) ** 2
-        var = ((q * q).sum(dim=2) * sk2.mean(dim=1)[:, None]
-               + k2.sum(dim=1)[:, None] * sq * sq) / 12.0
-        return torch.sqrt(var) * abs(dp.scale)
-    if model == "int8_tensor":
-        sq = (aq.amax() / 127.0).reshape(1, 1).expand(B, 1)
-        sk = (ak.amax() / 127.0).reshape(1, 1).expand(B, 1)
+    if tensor_scales:  # the largest |q|, |k| (kv maps onto every key/value entry)
+        s2 = dp.tensor_max()[:2] / 127.0
+        sq = s2[0].reshape(1, 1).expand(B, 1)
+        sk = s2[1].reshape(1, 1).expand(B, 1)
     else:
-        sq = (aq.amax(dim=1) / 127.0)[:, None]
-        sk = (ak.amax(dim=1) / 127.0)[:, None]
+        if not isinstance(parts, tuple):  # (the row maxima of q as they stand)
+            aq = dp.row_max("q")
+        else:
+            aq = q.abs().amax(dim=2) if d else torch.zeros((B, Lq), dtype=torch.float64,
+                                                           device=dev)
+        if model == "int8_token":  # q's step per query row, k's per key
+            sq = aq / 127.0
+            sk2 = (ak / 127.0) ** 2
+            var = ((q * q).sum(dim=2) * sk2.mean(dim=1)[:, None]
+                   + k2.sum(dim=1)[:, None] * sq * sq) / 12.0
+            return torch.sqrt(var) * abs(dp.scale)
+        if model == "int8_tensor":
+            sq = (aq.amax() / 127.0).reshape(1, 1).expand(B, 1)
+            sk = (ak.amax() / 127.0).reshape(1, 1).expand(B, 1)
+        else:
+            sq = (aq.amax(dim=1) / 127.0)[:, None]
+            sk = (ak.amax(dim=1) / 127.0)[:, None]
     var = ((q * q).sum(dim=2) * sk * sk + k2.sum(dim=1)[:, None] * sq * sq) / 12.0
     return torch.sqrt(var) * abs(dp.scale)
 
 
 def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stats, options,
-                    gqa, with_empty):
+                    gqa, with_empty, defer):
     """:func:`attention_device` of a row-wise scheme (one with a ``device`` function): the
     steps of :func:`lowprec.attention` around ``s.run``, on the device."""
     import torch
@@ -519,38 +539,85 @@ def _attention_rows(s, q, k, v, lead, sc, causal, planes, mmap, bad, return_stat
         out = torch.where(none[..., None] & ~torch.isnan(out), math.nan, out)
     n_none = 0
     if stats is not None:
-        fin = torch.isfinite(out).all(dim=-1) if dv else \
-            torch.ones((B, Lq), dtype=torch.bool, device=dev)
-        nonfin = ~fin if none is None else (~fin & ~none)
-        stats.mask_floored = floored
-        zero = torch.zeros(1, dtype=torch.int64, device=dev)
-        counts = [nonfin.sum(dtype=torch.int64).reshape(1), zero,
-                  none.sum(dtype=torch.int64).reshape(1) if none is not None else zero]
-        if s.noise is not None:
-            model = s.noise(options)
-            whole = options.get("scale_scope") == "tensor"
-            if model is not None and B and Lq and Lk:
-                if model not in ("int8_tensor", "int8_entry", "int8_token"):  # pragma: no cover
-                    raise NotImplementedError(f"noise model {model!r} on the device")
-                parts = dp.taking_part() if (dp.mask is not None or causal) else None
-                est = _noise_int8(dp, model, None if whole else parts)
-                noisy = ~(est <= NOISE_NATS)
-                if parts is not None:
-                    noisy = noisy & parts[0]
-                elif none is not None:
-                    noisy = noisy & ~none
-                counts[1] = noisy.sum(dtype=torch.int64).reshape(1)
-        host = torch.cat(counts).cpu().numpy()  # the counters' one read-back
-        stats.nonfinite_rows = int(host[0])
-        if s.noise is not None:
-            stats.noisy_rows = int(host[1])
-        n_none = int(host[2])
+        packed, read = _rows_counts(s, dp, stats, out, none, floored, options, causal)
+        if defer:
+            stats, n_none = Pending(packed, read), None
+        else:  # the statistics' one read-back
+            stats, n_none = read(packed.cpu().numpy())
     res = _as_dtype(out.reshape(tuple(lead) + (Lq, dv)), q.dtype)
     result = (res, stats) if return_stats else (res,)
     if with_empty:
         nr = None if none is None else none.reshape(tuple(lead) + (Lq,))
         result = result + (nr, n_none)
     return result if len(result) > 1 else result[0]
+
+
+def _rows_counts(s, dp, stats, out, none, floored: int, options, causal: bool):
+    """The counters every row-wise scheme shares (``nonfinite_rows``, ``noisy_rows``, rows
+    that see no key) on the device, packed after the device function's own
+    (:class:`~.device_rows.DeviceStats`): ``(packed int64 tensor, read)``, where
+    ``read(host)`` gives ``(stats, n_none)`` from the packed tensor's host copy."""
+    import torch
+
+    from .device_rows import DeviceStats
+
+    B, Lq, Lk, dv = dp.B, dp.Lq, dp.Lk, dp.dv
+    later = isinstance(stats, DeviceStats)  # (built from the read-back)
+    parts = list(stats.counts) if later else []
+    base = sum(t.numel() for t in parts)
+    if dv:  # finite rows: |x| <= the dtype's largest finite value (False for NaN, +-inf)
+        fin = (out.abs() <= torch.finfo(out.dtype).max).all(dim=-1)
+        if none is None:  # (nonfinite = rows - finite rows)
+            parts.append(fin.sum(dtype=torch.int64).reshape(1))
+        else:
+            parts.append((~fin & ~none).sum(dtype=torch.int64).reshape(1))
+    if none is not None:
+        parts.append(none.sum(dtype=torch.int64).reshape(1))
+    counted = None  # the noise count packed: "noisy" rows, "quiet" rows, or none
+    if s.noise is not None:
+        model = s.noise(options)
+        whole = options.get("scale_scope") == "tensor"
+        if model is not None and B and Lq and Lk:
+            if model not in ("int8_tensor", "int8_entry", "int8_token"):  # pragma: no cover
+                raise NotImplementedError(f"noise model {model!r} on the device")
+            if dp.all_take_part:  # (parts all True: every row sees a key)
+                tp = "all" if (dp.mask is not None or causal) else None
+                est = _noise_int8(dp, model, None if whole else tp)
+                quiet = est <= NOISE_NATS  # (noisy = rows - quiet rows)
+                parts.append(quiet.sum(dtype=torch.int64).reshape(1))
+                counted = "quiet"
+            else:
+                tp = dp.taking_part() if (dp.mask is not None or causal) else None
+                est = _noise_int8(dp, model, None if whole else tp)
+                noisy = ~(est <= NOISE_NATS)
+                if tp is not None:
+                    noisy = noisy & tp[0]
+                elif none is not None:
+                    noisy = noisy & ~none
+                parts.append(noisy.sum(dtype=torch.int64).reshape(1))
+                counted = "noisy"
+    if not parts:
+        parts.append(torch.zeros(1, dtype=torch.int64, device=dp.device))
+    packed = torch.cat(parts) if len(parts) > 1 else parts[0]
+    rows = B * Lq
+
+    def read(host):
+        st = stats.build(host) if later else stats
+        pos = base
+        st.nonfinite_rows = 0
+        if dv:
+            n = int(host[pos])
+            st.nonfinite_rows, pos = (rows - n if none is None else n), pos + 1
+        n_none = 0
+        if none is not None:
+            n_none, pos = int(host[pos]), pos + 1
+        st.mask_floored = floored
+        if s.noise is not None:
+            st.noisy_rows = 0 if counted is None else \
+                (rows - int(host[pos]) if counted == "quiet" else int(host[pos]))
+        return st, n_none
+
+    return packed, read
 
 
 def _as_dtype(res, dtype):

@@ -29,6 +29,7 @@ the key/value codes of the chunk's entries: O(L x d) per head beside a chunk, ne
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -124,6 +125,23 @@ class DeviceRows:
 
 
 @dataclass
+class DeviceStats:
+    """The statistics of a device function (a scheme's ``device`` field) still on the device,
+    returned in place of a stats object so that the caller reads them back with its own
+    counters in one copy, or defers that copy
+    (:func:`~.device.attention_device` with ``defer``).
+
+    Attributes:
+        counts: list of int64 1-D tensors on the device.
+        build: ``build(host)``: the stats object from ``host``, a NumPy int64 array that
+            begins with the values of ``counts``, concatenated (it may be longer).
+    """
+
+    counts: Any
+    build: Callable
+
+
+@dataclass
 class DeviceProblem(ProblemShape):
     """An attention call on a device (the twin of :class:`~.problem.Problem`).
 
@@ -159,6 +177,25 @@ class DeviceProblem(ProblemShape):
         if t is None:
             x = getattr(self, name + "_in")
             t = self._float[name] = x if x.dtype == self.ft else x.to(self.ft)
+        return t
+
+    def row_max(self, name: str):
+        """float64 ``max |x|`` of every row of ``q_in``, ``k_in`` or ``v_in`` (``name`` "q",
+        "k" or "v"; :func:`row_amax`), computed once per problem (the scheme's quantization
+        and the noise estimate share it)."""
+        t = self._float.get("amax_" + name)
+        if t is None:
+            t = self._float["amax_" + name] = row_amax(getattr(self, name + "_in"))
+        return t
+
+    def tensor_max(self):
+        """float64 ``(3,)``: the largest ``|x|`` of q, k and v (NaN / Inf kept; every row
+        non-empty), made once per problem from :meth:`row_max`."""
+        import torch
+
+        t = self._float.get("amax_all")
+        if t is None:
+            t = self._float["amax_all"] = torch.stack([self.row_max(n).amax() for n in "qkv"])
         return t
 
     @property
@@ -323,10 +360,8 @@ def row_amax(x):
 
 def entry_scales(amax):
     """float32 scales ``clamp(fl32(amax / 127))``, 1.0 for 0 (``_int8._entry_scales``)."""
-    import torch
-
     s = (amax / INT8_QMAX).float().clamp(F32_TINY, F32_MAX)
-    return torch.where(amax == 0, torch.ones_like(s), s)
+    return s.masked_fill(amax == 0, 1.0)
 
 
 def seen_amax(a, seen):
@@ -452,8 +487,9 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
             group, ng = index_tensor(("zeros", B), lambda: np.zeros(B, np.int64), dev), 1
         else:
             group, ng = dp.sequences(), int(dp.seq_ids().max()) + 1
-    aq = row_amax(dp.q_in)
-    ak_kv, av_kv = row_amax(dp.k_in), row_amax(dp.v_in)
+    aq, ak_kv, av_kv = dp.row_max("q"), dp.row_max("k"), dp.row_max("v")
+    if ng == 1 and rows_q is None and B and Lq and Lk:
+        return _quantize_one_group(dp)
     sk, sv = (entry_scales(group_amax(seen_amax(a[dp.kv], keys) if keys is not None else
                                       seen_amax(a, None)[dp.kv], group, ng))
               for a in (ak_kv, av_kv))
@@ -487,26 +523,69 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
                for seen, sc in ((rows_q, sq_row), (kseen, sk), (kseen, sv))]
     host = torch.cat(top + low + [sq.reshape(-1).double(), sk.double(), sv.double()])
     host = host.cpu().numpy()
-    for i, name in enumerate(("q", "k", "v")):
-        if not np.isfinite(host[i]):
-            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
-    sat = 0
-    if min(host[3:6]) < _F32_MIN_NORMAL:  # rare: a subnormal scale
-        if rows_q is None:
-            rows_q, keys = dp.taking_part()
-        sat = _count_sat(dp.q, sq_row, rows_q) if host[3] < _F32_MIN_NORMAL else 0
-        for x, s, lo in ((dp.k, sk, host[4]), (dp.v, sv, host[5])):
-            if lo < _F32_MIN_NORMAL:
-                sr = s[:, None].expand(B, Lk)
-                sat += sum(_count_sat(x[dp.kv[b]][None], sr[b:b + 1], keys[b:b + 1])
-                           for b in range(B))
+    _check_finite(host[:3])
     n = B * blocks
     hs = {"sq": host[6:6 + n].astype(np.float32).reshape(B, blocks),
           "sk": host[6 + n:6 + n + B].astype(np.float32),
           "sv": host[6 + n + B:6 + n + 2 * B].astype(np.float32)}
     return DeviceQKV(q8i=int8_codes(dp.q_in, sq_row), sq_row=sq_row, sk=sk, sv=sv,
                      groups=blocks, block=nblk, quantized=B * (Lq * d + Lk * d + Lk * dp.dv),
-                     saturated=sat, dp=dp, host=hs)
+                     saturated=_saturated(dp, sq_row, sk, sv, host[3:6], rows_q, keys),
+                     dp=dp, host=hs)
+
+
+def _quantize_one_group(dp: DeviceProblem) -> DeviceQKV:
+    """:func:`quantize_problem` when one scale serves each of q, k and v (``per_tensor`` of a
+    single group: one sequence, or ``scope="tensor"``) and every row and key takes part: the
+    scales of the largest ``|x|`` of each tensor, in a few operations on 3 values.  The
+    same values as the general path's (a maximum is exact in any order): ``kv`` maps onto
+    every key/value entry (:func:`~.device.attention_device` builds it so), so the largest
+    ``|k|`` the query entries see is the largest of ``k``."""
+    import torch
+
+    B, Lq, Lk, d = dp.B, dp.Lq, dp.Lk, dp.d
+    top = dp.tensor_max()
+    s3 = entry_scales(top)
+    s = s3[:, None].expand(3, B).contiguous()  # q's, k's, v's scale per entry
+    sq, sk, sv = s[0], s[1], s[2]
+    # the one read-back: the largest |x| of q, k, v (NaN / Inf iff the tensor holds one) and
+    # the three scales
+    host = torch.cat([top, s3.double()]).cpu().numpy()
+    _check_finite(host[:3])
+    sq_row = sq[:, None].expand(B, Lq)
+    hs = {"sq": np.full((B, 1), host[3], dtype=np.float32),
+          "sk": np.full(B, host[4], dtype=np.float32),
+          "sv": np.full(B, host[5], dtype=np.float32)}
+    return DeviceQKV(q8i=int8_codes(dp.q_in, sq), sq_row=sq_row, sk=sk, sv=sv,
+                     groups=1, block=Lq, quantized=B * (Lq * d + Lk * d + Lk * dp.dv),
+                     saturated=_saturated(dp, sq_row, sk, sv, host[3:6], None, None),
+                     dp=dp, host=hs)
+
+
+def _check_finite(top) -> None:
+    """ValueError for the first of q, k, v whose largest ``|x|`` (host ``top``) is NaN or
+    Inf."""
+    for i, name in enumerate(("q", "k", "v")):
+        if not np.isfinite(top[i]):
+            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
+
+
+def _saturated(dp: DeviceProblem, sq_row, sk, sv, low, rows_q, keys) -> int:
+    """``QKV8.saturated``: values beyond ``127.5 s`` among the rows and keys taking part
+    (``rows_q``, ``keys``; None: every one), counted only when a smallest scale ``low``
+    (host ``(q, k, v)``) is subnormal (rare: reads back again)."""
+    if min(low) >= _F32_MIN_NORMAL:
+        return 0
+    B, Lk = dp.B, dp.Lk
+    if rows_q is None:
+        rows_q, keys = dp.taking_part()
+    sat = _count_sat(dp.q, sq_row, rows_q) if low[0] < _F32_MIN_NORMAL else 0
+    for x, s, lo in ((dp.k, sk, low[1]), (dp.v, sv, low[2])):
+        if lo < _F32_MIN_NORMAL:
+            sr = s[:, None].expand(B, Lk)
+            sat += sum(_count_sat(x[dp.kv[b]][None], sr[b:b + 1], keys[b:b + 1])
+                       for b in range(B))
+    return sat
 
 
 #: run the fused Triton kernels on CPU tensors under ``TRITON_INTERPRET=1`` (tests switch it
@@ -573,7 +652,8 @@ def out_rows(acc, sv, pmax: float):
     return ((acc.double() * sv.double()[:, None, None]) / den).float()
 
 
-__all__ = ["DeviceProblem", "DeviceRows", "DeviceQKV", "quantize_problem", "chunks", "codes",
+__all__ = ["DeviceProblem", "DeviceRows", "DeviceStats", "DeviceQKV", "quantize_problem",
+           "chunks", "codes",
            "row_amax", "entry_scales", "scoped_amax", "seen_amax", "group_amax",
            "none_visible", "out_rows", "index_tensor", "to_device",
            "fused_kernels", "int8_codes", "float_scores", "float_output",

@@ -31,6 +31,8 @@ the roundings) with the same IEEE operation:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..stats import IntAttentionStats
@@ -50,6 +52,7 @@ from ._intattention_rows import (
 )
 from .device_rows import (
     DeviceProblem,
+    DeviceStats,
     chunks,
     float_output,
     float_scores,
@@ -213,18 +216,18 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
     lut_t = _device_lut(b, cf, lut, dev)
     iz = _iz(lut, nb)
     if _fused_ok(dp, dep):
+        from ..gpu._launch import host_to_device
         from ..gpu.index_attention import intattention_rows
 
-        # the thresholds again on the device, from the same float64 values by the same IEEE
-        # division and rounding as clip_threshold's (no copy to the device)
-        cf_t = torch.full((), cf, dtype=torch.float64, device=dev)
-        cint_t = (cf_t / _alpha_rows(dp, qz)).round().to(torch.int32)
+        # the host's thresholds (clip_threshold's), int32 in one non-blocking copy
+        cint_t = host_to_device(torch.from_numpy(np.ascontiguousarray(cint_h, np.int32)),
+                                dev)
         k8, v8 = qz.int8_kv()
         out, info_all = intattention_rows(
             qz.q8i, k8, v8, cint_t, _device_lut(b, cf, lut, dev, np.int32), qz.sv.contiguous(),
             causal=dp.causal, mode=mode, nb=nb, iz=iz, pmax=pmax,
             c_max=int(cint_h.max()) if cint_h.size else 1)
-        msat = 0
+        msat = None  # (no mask: nothing saturates)
     else:
         cint_t = torch.from_numpy(np.ascontiguousarray(cint_h)).to(dev)
         mult_t = torch.from_numpy(mult_h).to(dev)
@@ -232,18 +235,26 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
                                                  lut_t, iz, nb, mode, pmax, dep, tail_from)
     if not return_stats:
         return out, None
-    # sums on the device, one small copy (the CPU's _core_stats of the row counters)
+    # sums on the device (the CPU's _core_stats of the row counters), read back by the caller
     seen = info_all[..., _I_VIS] > 0
-    full = float(pmax)
-    off = ~((info_all[..., _I_PSUM].double() - full).abs() <= NORM_TOL * full) & seen
-    red = torch.cat([info_all.sum(dim=1).reshape(-1), off.sum().reshape(1),
-                     torch.as_tensor(msat, dtype=torch.int64, device=dev).reshape(1)])
-    red = red.cpu().numpy()
+    # rows whose integer sum is off by more than NORM_TOL of full scale (unnormalized: the
+    # distance is an integer, so <= NORM_TOL * full iff <= its floor)
+    tol = math.floor(NORM_TOL * float(pmax))
+    off = ((info_all[..., _I_PSUM] - pmax).abs() > tol) & seen
+    parts = [info_all.sum(dim=1).reshape(-1), off.sum().reshape(1)]
+    if msat is not None:
+        parts.append(msat.reshape(1))
     c_rec = cint_h[:, ::qz.block][:, :qz.groups] if Lq else np.zeros((B, 0), np.int64)
-    st = _head_stats(red[:-2].reshape(B, _N_INFO), B * Lq, np.ascontiguousarray(c_rec),
-                     qz.quantized, qz.saturated, int(red[-1]))
-    st.unnormalized_rows = int(red[-2])
-    return out, st
+    quantized, saturated = qz.quantized, qz.saturated
+
+    def build(red):
+        st = _head_stats(red[:B * _N_INFO].reshape(B, _N_INFO), B * Lq,
+                         np.ascontiguousarray(c_rec), quantized, saturated,
+                         int(red[B * _N_INFO + 1]) if msat is not None else 0)
+        st.unnormalized_rows = int(red[B * _N_INFO])
+        return st
+
+    return out, DeviceStats(parts, build)
 
 
 def _per_row(blocks: np.ndarray, block: int, Lq: int) -> np.ndarray:

@@ -704,7 +704,9 @@ class Emulation:
         index; the steps of :meth:`_sdpa`.  A scheme of the GPU engine does not synchronise:
         its statistics (and the call's device time, from two CUDA events) travel to the host
         asynchronously and the call is recorded when :attr:`stats` is read or the context
-        exits (where its hazards warn).  Row-wise schemes read back in the call."""
+        exits (where its hazards warn).  Row-wise schemes read back in the call what their
+        checks need (the inputs' finiteness, the scales of their thresholds) and defer their
+        statistics the same way."""
         import torch
 
         from ..kernels import get_scheme
