@@ -58,7 +58,7 @@ _INDEX: dict = {}
 
 
 def index_tensor(key: tuple, build, dev):
-    """A constant int64 tensor on ``dev`` (``build()``: its NumPy values), made once per
+    """A constant tensor on ``dev`` (``build()``: its NumPy values), made once per
     ``key`` and device and kept (at most 256): the index vectors a call of one shape needs,
     without a launch or a synchronising copy on later calls.  Read only."""
     import torch
@@ -359,8 +359,12 @@ def row_amax(x):
 
 
 def entry_scales(amax):
-    """float32 scales ``clamp(fl32(amax / 127))``, 1.0 for 0 (``_int8._entry_scales``)."""
-    s = (amax / INT8_QMAX).float().clamp(F32_TINY, F32_MAX)
+    """float32 scales ``clamp(fl32(amax / 127))``, 1.0 for 0 (``_int8._entry_scales``).  The
+    divisor is a device tensor: torch's CUDA division by a host scalar multiplies by its
+    rounded reciprocal, which can differ in the last float64 bit (harmless for float32 maxima,
+    not for float64 ones)."""
+    den = index_tensor(("int8_qmax",), lambda: np.array(float(INT8_QMAX)), amax.device)
+    s = (amax / den).float().clamp(F32_TINY, F32_MAX)
     return s.masked_fill(amax == 0, 1.0)
 
 
