@@ -69,7 +69,7 @@ for causal in (False, True):
             for acc64 in (False, True):
                 c = dict(CAUSAL=causal, MODE=mode, PMAX=pmax, ACC64=acc64, BM=64, BN=64,
                          BD=128, BDV=32, NBP=32, WIDE=acc64)
-                ptx = _compile(_intattention_kernel, sig, c, 4, num_stages=1)
+                ptx = _compile(_intattention_kernel, sig, c, 4, num_stages=3)
                 rep.append({"c": [causal, mode, pmax, acc64],
                             "bad": [ln.strip() for ln in ptx.splitlines()
                                     if FORBIDDEN.search(ln)][:5],
