@@ -27,7 +27,6 @@ from test_attention_device_rows import (  # noqa: E402
 )
 
 import lowprec as lp  # noqa: E402
-
 import lowprec.gpu.index_attention as ia  # noqa: E402
 from lowprec.kernels import device_rows as drows  # noqa: E402
 from lowprec.kernels import intattention_device as idev  # noqa: E402

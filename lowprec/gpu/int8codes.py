@@ -27,7 +27,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._bits import IN_16, float_bits32
 from ._launch import LAUNCH_OPTS, device_guard, interpreting
+
+_IN_16 = tl.constexpr(IN_16)
 
 #: elements per program on a GPU (8 rows of 128: float64 temporaries of larger tiles spill;
 #: measured on the H100 at (32, 4096, 128) bfloat16, 44 us against 57-206 us for 4-8Ki)
@@ -55,8 +58,8 @@ def _int8_codes_kernel(X, SRC, S, OUT, L, D, nl, s_b, s_l, QMIN: tl.constexpr,
         src = tl.load(SRC + b).to(tl.int64)
     raw = tl.load(X + (src * L + rows[:, None].to(tl.int64)) * D + cols[None, :], mask=ok,
                   other=0)
-    if BF16:
-        x = (raw.to(tl.int32) << 16).to(tl.float32, bitcast=True).to(tl.float64)
+    if BF16:  # widened on its bits (_bits.float_bits32)
+        x = float_bits32(raw, _IN_16, 1).to(tl.float32, bitcast=True).to(tl.float64)
     else:
         x = raw.to(tl.float64)
     s = tl.load(S + b * s_b + rows.to(tl.int64) * s_l, mask=rok, other=1.0).to(tl.float64)

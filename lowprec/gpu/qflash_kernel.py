@@ -98,8 +98,9 @@ def _carry(x, alpha, M, term, f, ACCUMULATE: tl.constexpr):
 def _rows_safe(smin, mx, R, eM, rM, DIVISION: tl.constexpr):
     """int64 ``(BM,)`` -> bool: every ``x = s - mx`` with ``s >= smin`` (so ``x`` in
     ``[smin - mx, 0]``) runs ShiftExp2 and the requantisation's products without an int32
-    wrap or overflow.  Each step is monotone in ``x`` or bounded by the range's ends
-    (``exp_M <= 0``, ``R >= 1``, ``req_M >= 0``; docs/design.md "the fast tiles")."""
+    wrap or overflow.  Each step is monotone in ``x`` or bounded by the range's ends,
+    given ``exp_M <= 0``, ``R >= 1``, ``req_M >= 0`` (the kernel checks them once;
+    docs/design.md "the fast tiles")."""
     xmin = smin - mx
     ok = xmin >= -_I32_MAX  # x and -x in int32
     if DIVISION:  # q = (-x) // R: q R <= -x, r in (-R, 0], u in [R / 2, R]
@@ -119,7 +120,7 @@ def _rows_safe(smin, mx, R, eM, rM, DIVISION: tl.constexpr):
         ul = (((tl.minimum(e, 0) >> 16) - R) >> 1) + R
         u2 = tl.maximum(((tl.maximum(e, 0) >> 16) >> 1) + R, tl.abs(ul))
         big = tl.where(tight, tl.minimum(big, u2), big)
-    return ok & (big * rM <= _I32_MAX - _HALF_EXP) & (eM <= 0) & (R >= 1) & (rM >= 0)
+    return ok & (big * rM <= _I32_MAX - _HALF_EXP)
 
 
 @triton.jit
@@ -173,6 +174,8 @@ def _qflash_kernel(Q8, K8, V8, CONST, SV, OUT, CNT, Lq, Lk, D, DV, shift, bk, nk
     aM = tl.load(cb + 4)
     lim = (offs_m + shift).to(tl.int64)
     inb = lanes < bk
+    # the constants' signs the fast tiles' bounds rely on (QFlashConstants gives them)
+    fast_on = (fast_on != 0) & (eM <= 0) & (R >= 1) & (rM >= 0)
 
     zero = tl.zeros([BM], dtype=tl.int64)
     mrow = zero + m_init
@@ -206,7 +209,7 @@ def _qflash_kernel(Q8, K8, V8, CONST, SV, OUT, CNT, Lq, Lk, D, DV, shift, bk, nk
             s32 = s32 + tl.where(hidden, _MASK_BIAS, 0)
         else:
             dense = j0 >= 0
-        dense = dense & (j0 + bk <= Lk) & (fast_on != 0)
+        dense = dense & (j0 + bk <= Lk) & fast_on
         smax = tl.max(tl.where(inb[None, :], s32, _I32_MIN), axis=1).to(tl.int64)
         smin = tl.min(tl.where(inb[None, :], s32, _I32_MAX), axis=1).to(tl.int64)
         mxf = tl.maximum(mrow, smax)
@@ -214,8 +217,8 @@ def _qflash_kernel(Q8, K8, V8, CONST, SV, OUT, CNT, Lq, Lk, D, DV, shift, bk, nk
         x1 = _w32(raw1)
         alpha, ovf1, wr1 = _shexp(x1, R, eM, DIVISION)
         ok = _rows_safe(smin, mxf, R, eM, rM, DIVISION)
-        mm = alpha * aM  # (acc alpha) M as acc (alpha M): both wrap mod 2**64
         if not ACCUMULATE:  # the unchecked acc update: |t|, |t + tile| < 2**31 in every row
+            mm = alpha * aM  # (acc alpha) M as acc (alpha M): both wrap mod 2**64
             nbp = ((accb * tl.abs(mm) + _HALF_RELEASE) >> _SHIFT_RELEASE) + 1 + 16384 * bk
             ok = ok & (tl.abs(mm) <= _I32_MAX) & (nbp <= acc_limit)
         fast = dense & (tl.min(ok.to(tl.int32), axis=0) == 1)
@@ -290,10 +293,10 @@ def _qflash_kernel(Q8, K8, V8, CONST, SV, OUT, CNT, Lq, Lk, D, DV, shift, bk, nk
             c_wrap += wr2
         else:
             if fast:  # int32 x int32 -> int64 products (|alpha aM| < 2**31 checked above)
-                mm32 = (alpha * aM).to(tl.int32).to(tl.int64)
+                mm32 = mm.to(tl.int32).to(tl.int64)
                 t2 = (acc.to(tl.int64) * mm32[:, None] + _HALF_RELEASE) >> _SHIFT_RELEASE
                 acc = t2.to(tl.int32) + tile
-                accb = ((accb * tl.abs(mm32) + _HALF_RELEASE) >> _SHIFT_RELEASE) + 1 + 128 * pabs
+                accb = nbp - 16384 * bk + 128 * pabs  # the bound, with the tile's sum |P8|
             else:
                 acc, wr2, accb = _acc_checked(acc, alpha, aM, tile, f, ACCUMULATE)
                 c_wrap += wr2
@@ -354,8 +357,8 @@ def qflash_rows(q8, k8, v8, const, sv, *, causal: bool, block_k: int, m_init: in
         _qflash_kernel[(triton.cdiv(Lq, bm), B)](
             q8, k8, v8, const, sv, out, cnt, Lq, Lk, d, dv, Lk - Lq, block_k, nk, m_init,
             int(ACC_LIMIT), int(bool(fast)), CAUSAL=bool(causal), DIVISION=bool(division),
-            ACCUMULATE=bool(accumulate), BM=bm, BN=pow2(block_k, 32), BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=4,
-            num_stages=1, **LAUNCH_OPTS)
+            ACCUMULATE=bool(accumulate), BM=bm, BN=pow2(block_k, 32), BD=pow2(d, 32),
+            BDV=pow2(dv, 16), num_warps=4, num_stages=1, **LAUNCH_OPTS)
     return out, cnt
 
 
