@@ -213,8 +213,8 @@ sig = {"Q8": "*i8", "K8": "*i8", "V": "*i8", "KV": "*i64", "SQ": "*fp32", "SK": 
 rep = []
 for causal in (False, True):
     for half in (False, True):
-        bm, sub, warps = launch_config(half)
-        c = dict(CAUSAL=causal, HALF=half, BM=bm, SUB=sub, BD=32, BDV=32)
+        bm, sub, subm, warps = launch_config(half, 64)
+        c = dict(CAUSAL=causal, HALF=half, BM=bm, SUB=sub, SUBM=subm, BD=32, BDV=32)
         ptx = _compile(_intflash_kernel, dict(sig, V="*fp16" if half else "*i8"), c, warps,
                        num_stages=1)
         rep.append(dict(scan(ptx), c=c, threads=32 * warps))

@@ -22,6 +22,7 @@ from test_attention_device_rows import DEVICE, both, on_device, qkv  # noqa: E40
 import lowprec.gpu.intflash_kernel as ik  # noqa: E402
 from lowprec.gpu._tiles import seq_dot  # noqa: E402
 from lowprec.gpu.engine import _round_f16  # noqa: E402
+from lowprec.gpu.exp2f import near_boundary as _near_bits  # noqa: E402
 from lowprec.kernels import device_rows as drows  # noqa: E402
 from lowprec.kernels import intflash_device as fdev  # noqa: E402
 
@@ -180,8 +181,12 @@ def test_exp2_kernel_reads_the_table():
     r = torch.exp2(torch.from_numpy(x).to(DEVICE).double()).cpu().numpy()
     if DEVICE == "cpu":  # the interpreter's exp2 is NumPy's
         r = np.exp2(x.astype(np.float64))
-    flagged = np.array([near_boundary(t, EXP2_GUARD) for t in r]) & np.isin(x.view(np.uint32),
-                                                                            bits)
+    # the kernel's flag: within the guard where float32(r) is normal, every r of the float32
+    # subnormal range [2**-150, 2**-126)
+    sub = (r >= 2.0**-150) & (r < 2.0**-126)
+    near = np.array([near_boundary(t, EXP2_GUARD) for t in r])
+    flagged = (near | sub) & np.isin(x.view(np.uint32), bits)
+    assert (near & ~sub & np.isin(x.view(np.uint32), bits)).sum() >= 50 and (flagged & sub).any()
     assert flagged.sum() >= 100
     kh = keys.cpu().numpy()
     pos = np.searchsorted(kh, x[flagged].view(np.int32))
@@ -244,3 +249,44 @@ def test_sequential_interpreter_dots():
     b[1, 0] = 1.0 + 2.0**-20
     with sequential_interpreter_dots(), pytest.raises(Exception, match="inexact"):
         k[(1,)](a, b, o)
+
+
+@triton.jit
+def _near_kernel(R, O, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    ok = i < n
+    r = tl.load(R + i, mask=ok, other=0.0)
+    tl.store(O + i, _near_bits(r, 64).to(tl.int32), mask=ok)
+
+
+def test_near_boundary_on_the_bits():
+    """The kernels' integer near-boundary test equals ``_fp_device.near_boundary`` (exact
+    float64 arithmetic) wherever ``float32(r)`` is normal: at 0, 1, 63, 64, 65 and 1000 ulps
+    from midpoints of random float32 neighbours on either side, on float32 values, 1, inf and
+    NaN.  It flags every ``r`` of the float32 subnormal range ``[2**-150, 2**-126)`` and none
+    below (where the exact test flags ``r`` just under the boundary ``2**-150``: no float32
+    ``x`` has ``2**x`` there, ``2**x`` of the float32 below -150 being ``2**-16`` relative
+    below it)."""
+    from lowprec.gpu._launch import LAUNCH_OPTS
+    from lowprec.kernels._fp_device import near_boundary
+
+    rng = np.random.default_rng(1)
+    fb = np.exp2(rng.uniform(-126, 0, 256)).astype(np.float32).view(np.int32)
+    lo, hi = fb.view(np.float32).astype(np.float64), (fb + 1).view(np.float32).astype(np.float64)
+    mb = ((lo + hi) / 2).view(np.int64)
+    steps = np.array([0, 1, 63, 64, 65, 1000], dtype=np.int64)
+    r = np.concatenate([(mb[:, None] + steps).ravel(), (mb[:, None] - steps).ravel()])
+    r = np.concatenate([r.view(np.float64), np.exp2(rng.uniform(-150, -126, 64)), lo,
+                        [0.0, 1.0, 0.5, 2.0**-126, np.nextafter(2.0**-126, 0), 2.0**-150,
+                         np.nextafter(2.0**-150, 0), 2.0**-160, np.inf, np.nan, 1.5 * 2.0**-126]])
+    out = torch.empty(r.size, dtype=torch.int32, device=DEVICE)
+    _near_kernel[(1,)](torch.from_numpy(r).to(DEVICE), out, r.size,
+                       BLOCK=triton.next_power_of_2(r.size), **LAUNCH_OPTS)
+    got = out.cpu().numpy().astype(bool)
+    subr = (r >= 2.0**-150) & (r < 2.0**-126)
+    exact = np.array([bool(near_boundary(t, 64)) for t in r])
+    normal = r >= 2.0**-126
+    assert np.array_equal(got[normal], exact[normal]), r[normal][got[normal] != exact[normal]]
+    assert got[subr].all() and not got[~normal & ~subr].any()
+    assert exact[:256 * 6].sum() == 256 * 4 and exact[256 * 6:256 * 12].sum() == 256 * 4
+    assert exact[r == np.nextafter(2.0**-150, 0)].all()  # the one place the two differ

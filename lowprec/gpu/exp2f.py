@@ -10,8 +10,9 @@ The CPU computes ``float32(exp2(float64(x)))`` with the C library's ``exp2``.  A
    ``exp2`` in the interpreter; ``f = float32(r)`` (``cvt.rn.f32.f64``: nearest even,
    subnormals kept);
 2. :func:`near_boundary`: whether ``r`` lies within :data:`EXP2_GUARD` float64 ulps of a
-   float32 rounding boundary (the midpoint of ``f`` and its neighbour on ``r``'s side, built
-   from the bits; every step exact float64 arithmetic);
+   float32 rounding boundary (integer tests on ``r``'s bits: the distance of its low 29 bits
+   from ``2**28`` where ``float32(r)`` is normal; every ``r`` of the float32 subnormal range
+   is flagged);
 3. where some lane of the tile is near a boundary (rare: one branch per tile), a branchless
    binary search of ``x``'s bits in the sorted table of the 238 inputs of
    ``kernels._exp2_near`` (padded to 256 entries with ``INT32_MAX``) and, for a flagged lane
@@ -43,20 +44,36 @@ _HALF_TABLE = tl.constexpr(TABLE_SIZE // 2)
 _INT32_MAX = (1 << 31) - 1
 
 
+#: high words of the float64 2**-126 (the smallest normal float32) and 2**-150 (below it,
+#: 2**x rounds to 0 or to a subnormal far from every boundary)
+_HI_NORMAL = tl.constexpr(0x38100000)
+_HI_SUBNORMAL = tl.constexpr(0x36900000)
+_HI_INF = tl.constexpr(0x7FF00000)
+_LOW29 = tl.constexpr((1 << 29) - 1)
+_HALF29 = tl.constexpr(1 << 28)
+
+
 @triton.jit
 def near_boundary(r, ULPS: tl.constexpr):
-    """Whether the float64 ``r`` lies within ``ULPS`` float64 ulps of a float32 rounding
-    boundary (``_fp_device.near_boundary_t``; False for float32 values, ``r <= 0``, inf and
-    NaN).  ``f = float32(r) >= 0`` here, so its neighbours are its bits plus or minus one."""
-    f = r.to(tl.float32)
-    fd = f.to(tl.float64)
-    fb = f.to(tl.int32, bitcast=True)
-    nb = tl.where(r > fd, fb + 1, fb - 1).to(tl.float32, bitcast=True)
-    mid = (fd + nb.to(tl.float64)) * 0.5
-    ulp = (r.to(tl.int64, bitcast=True) + 1).to(tl.float64, bitcast=True) - r
-    dist = r - mid
-    dist = tl.where(dist < 0.0, -dist, dist)
-    return (r > 0.0) & (fd != r) & (r != float("inf")) & (dist <= ulp * ULPS)
+    """Whether the float64 ``r`` may lie within ``ULPS`` float64 ulps of a float32 rounding
+    boundary, on its bits (integer operations only; False for float32 values, ``r <= 0``,
+    inf and NaN).
+
+    Where ``float32(r)`` is normal (``2**-126 <= r``), the float32 values of ``r``'s float64
+    binade are every ``2**29``-th float64 and their midpoints have the low 29 bits
+    ``2**28``; a midpoint between two float32 values lies in the binade of the values around
+    it, so ``|low29(r) - 2**28|`` is the exact distance in ``r``'s ulps, the test of
+    ``_fp_device.near_boundary`` (exact float64 arithmetic) without its conversions.  Where
+    ``float32(r)`` is subnormal (``2**-150 <= r < 2**-126``) every ``r`` is flagged: a flagged
+    input outside the table keeps ``float32(r)``, which is then the CPU's value (the table
+    holds every input within 256 ulps, see the module docstring), so flagging more is exact
+    and only costs the table search of those tiles."""
+    b = r.to(tl.int64, bitcast=True)
+    hi = (b >> 32).to(tl.int32)
+    dist = (b.to(tl.int32) & _LOW29) - _HALF29
+    dist = tl.where(dist < 0, -dist, dist)
+    normal = (hi >= _HI_NORMAL) & (hi < _HI_INF) & (dist <= ULPS)
+    return normal | ((hi >= _HI_SUBNORMAL) & (hi < _HI_NORMAL))
 
 
 @triton.jit

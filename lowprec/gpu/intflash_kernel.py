@@ -52,12 +52,22 @@ _GRID_Y_MAX = 65535
 
 
 @triton.jit
+def _round_f16_unit(x):
+    """:func:`~.engine._round_f16` of an ``x`` in ``[0, 65504]`` (no sign, no overflow, no NaN
+    to keep): below ``2**-14`` the add-and-subtract of 0.5 (spacing ``2**-24``), above it
+    round to nearest even on the bits."""
+    a = x.to(tl.int32, bitcast=True)
+    r = ((a + 0xFFF + ((a >> 13) & 1)) & -8192).to(tl.float32, bitcast=True)
+    return tl.where(a < 0x38800000, (x + 0.5) - 0.5, r)
+
+
+@triton.jit
 def _p8_of(p):
     """``trunc(f16(f16(f16(p) 127) + 0.5))`` of ``p`` in [0, 1] as int32 (``intflash._p8_of``;
-    the float16 roundings on the bits); 0 for NaN (whose row's output is NaN either way)."""
-    t = _round_f16(_round_f16(p) * _F127)
-    r = _round_f16(t + 0.5)
-    return tl.where(r == r, r, 0.0).to(tl.int32)
+    the float16 roundings on the bits, every operand in ``[0, 128]``); 0 for NaN (whose row's
+    output is NaN either way)."""
+    r = _round_f16_unit(_round_f16_unit(_round_f16_unit(p) * _F127) + 0.5)
+    return tl.where(p == p, r, 0.0).to(tl.int32)
 
 
 @triton.jit
@@ -72,8 +82,8 @@ def _y(q, K8, SK, kvb, Lk, D, cols, real, offs_d, sq, c):
 @triton.jit(do_not_specialize=("c_bits",))
 def _intflash_kernel(Q8, K8, V, KV, SQ, SK, SV, KEYS, VALS, OUT, CNT, b0, Lq, Lk, D, DV,
                      shift, bk, nk, c_bits, CAUSAL: tl.constexpr, HALF: tl.constexpr,
-                     BM: tl.constexpr, SUB: tl.constexpr, BD: tl.constexpr,
-                     BDV: tl.constexpr):
+                     BM: tl.constexpr, SUB: tl.constexpr, SUBM: tl.constexpr,
+                     BD: tl.constexpr, BDV: tl.constexpr):
     """Rows ``BM`` of entry ``b = b0 + program_id(1)``: ``OUT[b, rows]`` float32 (float16 values),
     ``CNT[b, rows, 0:2]`` int32 (rescales, float16 overflows).  q8 ``(B, Lq, D)`` and its
     scales ``SQ (B, Lq)``; k8 ``(Bk, Lk, D)``, ``SK (Bk, Lk)`` and V (int8 codes, or float16
@@ -85,6 +95,7 @@ def _intflash_kernel(Q8, K8, V, KV, SQ, SK, SV, KEYS, VALS, OUT, CNT, b0, Lq, Lk
     r0 = tl.program_id(0) * BM
     offs_m = r0 + tl.arange(0, BM)
     sl = tl.arange(0, SUB)
+    slm = tl.arange(0, SUBM)
     offs_d = tl.arange(0, BD)
     offs_v = tl.arange(0, BDV)
     rok = offs_m < Lq
@@ -104,6 +115,7 @@ def _intflash_kernel(Q8, K8, V, KV, SQ, SK, SV, KEYS, VALS, OUT, CNT, b0, Lq, Lk
     else:
         sv = tl.load(SV + b)
     nsub = (bk + SUB - 1) // SUB
+    nsubm = (bk + SUBM - 1) // SUBM
     # a column of ones (and zeros beside it: a dot needs N >= 16) for the row sums
     ones = tl.where(tl.arange(0, 16)[None, :] == 0, 1.0, 0.0) + tl.zeros([SUB, 16], tl.float32)
     vrow = kvb * Lk * DV
@@ -114,8 +126,8 @@ def _intflash_kernel(Q8, K8, V, KV, SQ, SK, SV, KEYS, VALS, OUT, CNT, b0, Lq, Lk
     for t in range(0, t_end):
         j0 = t * bk
         rmax = tl.full([BM], float("-inf"), tl.float32)
-        for u in range(0, nsub):  # the tile's row maximum (order-free; NaN ignored)
-            lane = u * SUB + sl
+        for u in range(0, nsubm):  # the tile's row maximum (order-free; NaN ignored)
+            lane = u * SUBM + slm
             cols = j0 + lane
             real = (lane < bk) & (cols < Lk)
             y = _y(q, K8, SK, kvb, Lk, D, cols, real, offs_d, sq, c)
@@ -135,7 +147,8 @@ def _intflash_kernel(Q8, K8, V, KV, SQ, SK, SV, KEYS, VALS, OUT, CNT, b0, Lq, Lk
             real = (lane < bk) & (cols < Lk)
             y = _y(q, K8, SK, kvb, Lk, D, cols, real, offs_d, sq, c)
             incl = real[None, :] & (cols[None, :] <= lim[:, None])
-            p = tl.where(incl & upd[:, None], exp2_f32(y - mn[:, None], KEYS, VALS), 0.0)
+            live = incl & upd[:, None]  # the other lanes' exp2 of 0 never takes the branch
+            p = tl.where(live, exp2_f32(tl.where(live, y - mn[:, None], 0.0), KEYS, VALS), 0.0)
             lt = seq_dot(p, ones, lt)
             if HALF:
                 vp = V + vrow + cols[:, None].to(tl.int64) * DV + offs_v[None, :]
@@ -168,13 +181,15 @@ def _intflash_kernel(Q8, K8, V, KV, SQ, SK, SV, KEYS, VALS, OUT, CNT, b0, Lq, Lk
     tl.store(cp + 1, ovf, mask=rok)
 
 
-def launch_config(half: bool) -> tuple[int, int, int]:
-    """``(BM, SUB, num_warps)``: 64 rows a program, key sub-tiles of 32 (full; its int8
-    ``P8 v8`` dot needs K >= 32) or 16 (half: the FMA dot holds ``SUB`` values of each
-    operand row and column per thread), 8 warps.  Chosen from ptxas's register report for
-    sm_90 (d = dv = 128: 255 registers, spills of 0.1-0.2 KB, against 0.5-3 KB with 4 warps
-    or wider sub-tiles); not yet timed on a GPU."""
-    return (64, 16, 8) if half else (64, 32, 8)
+def launch_config(half: bool, block_k: int = 64) -> tuple[int, int, int, int]:
+    """``(BM, SUB, SUBM, num_warps)``: 64 rows a program; key sub-tiles of ``SUB`` = 32 (full;
+    its int8 ``P8 v8`` dot needs K >= 32) or 16 (half: the FMA dot holds ``SUB`` values of
+    each operand row and column per thread) for ``p`` and the sums, and of ``SUBM`` = the
+    tile's launch width up to 64 for the row maximum (scores and ``Y`` only); 4 warps (full)
+    or 8 (half).  Timed on the H100 at (1, 32, 4096, 128), docs/design.md "the fused
+    INT-FlashAttention kernel"."""
+    sub = 16 if half else 32
+    return 64, sub, max(sub, min(pow2(block_k, 16), 64)), 8 if half else 4
 
 
 def intflash_rows(q8, sq, k8, sk, v, sv, kv, c: float, *, causal: bool, block_k: int,
@@ -202,7 +217,7 @@ def intflash_rows(q8, sq, k8, sk, v, sv, kv, c: float, *, causal: bool, block_k:
     cnt = torch.zeros((B, Lq, 2), dtype=torch.int32, device=q8.device)
     if B == 0 or Lq == 0:
         return out, cnt
-    bm, sub, warps = launch_config(half)
+    bm, sub, subm, warps = launch_config(half, block_k)
     nk = -(-Lk // block_k)
     keys, vals = near_table(q8.device)
     c_bits = int(np.float32(c).view(np.int32))
@@ -212,7 +227,7 @@ def intflash_rows(q8, sq, k8, sk, v, sv, kv, c: float, *, causal: bool, block_k:
             _intflash_kernel[(triton.cdiv(Lq, bm), min(B - b0, _GRID_Y_MAX))](
                 q8, k8, v, kv, sq, sk, sv, keys, vals, out, cnt, b0, Lq, Lk, d, dv, Lk - Lq,
                 block_k, nk, c_bits, CAUSAL=bool(causal), HALF=bool(half), BM=bm, SUB=sub,
-                BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=warps, num_stages=1,
+                SUBM=subm, BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=warps, num_stages=1,
                 **LAUNCH_OPTS)
     return out, cnt
 
