@@ -41,6 +41,8 @@ LONG_CONTEXT = (
                    "ibert'"),
     ("l32b.json", "scripts/gpu_long_context.py --parts perplexity --lengths 32768 "
                   "--schemes 'index_softmax_only,intflash,baps naive_e2e' --budget 160"),
+    ("lc_s6.json", "scripts/gpu_long_context.py --parts perplexity --lengths 4096 --windows 3 "
+                   "--schemes exaq,hccs --budget 520"),
 )
 
 
@@ -50,6 +52,11 @@ S5_E2E = "--lengths 2048 --compile --schemes hif8,intattention,qflash --repeat 5
 S5_E2E_B = "--lengths 2048 --compile --schemes hif8,intattention,qflash --repeat 9"
 S5_AUTHORS = "--lengths 4096,16384 --causal no --intfa-config 32,128,3,4"
 S5_AUTHORS_IA = "--lengths 4096,16384 --causal no --ours intattention --authors qflash"
+#: the session-6 commands (e2e_s6.json and e2e_s6b.json, bench_authors_s6_if.json;
+#: agree_s6.json)
+S6_E2E = S5_E2E_B
+S6_AUTHORS_IF = ("--lengths 4096,16384 --causal no --ours intflash,intflash:variant=half "
+                 "--authors intfa_full,intfa_half --intfa-config 32,128,3,4")
 
 
 def _load(name: str):
@@ -83,7 +90,10 @@ NOTES = {"lc.json": "This run's 32768-token perplexity stopped with CUDA out of 
                     "float32 baseline (torch's SDPA served GQA from its math backend); fixed "
                     "in the study code and run again as the next section.",
          "l32b.json": "exaq and hccs (with and without dequant=rowsum) at 4 windows of 4096 "
-                      "tokens did not finish within the 240 s given to them (not recorded)."}
+                      "tokens did not finish within the 240 s given to them (not recorded).",
+         "lc_s6.json": "Session 6: exaq and hccs, which have no fused kernel, at 3 windows "
+                       "(one call at (1, 9, 4096, 64) took 0.73 s and 2.2 s on the H100; hccs "
+                       "calibrates per call)."}
 
 
 def perplexity_summary() -> str:
@@ -215,6 +225,21 @@ def document() -> str:
             "After `intattention`'s launch with 3 pipeline stages: `benchmarks/bench_authors.py "
             + S5_AUTHORS_IA + "`:", "",
             "```", authors(_load("bench_authors_s5_ia.json")["rows"]), "```", ""]
+    out += ["## Session 6: the INT-FlashAttention kernel and the engine's host copies", "",
+            "After the INT-FlashAttention kernel's launch and exp2 changes (docs/design.md, "
+            "\"Session 6 measurements\"): `benchmarks/bench_authors.py " + S6_AUTHORS_IF
+            + "`:", "",
+            "```", authors(_load("bench_authors_s6_if.json")["rows"]), "```", "",
+            "After the GPU engine stopped synchronising at every call (its critical-tile "
+            "tensors cached): `benchmarks/bench_gpu_emulate.py " + S6_E2E + "`, two runs "
+            "(the second after the row-wise schemes' int8 codes moved before their "
+            "read-back; the plain forward and `hif8`, unchanged between them, moved as "
+            "much):", "",
+            "```", e2e(_load("e2e_s6.json")), "```", "",
+            "```", e2e(_load("e2e_s6b.json")), "```", "",
+            "EXAQ and HCCS on SmolLM2's own calls, device against CPU: "
+            "`scripts/gpu_model_agreement.py --tokens 4096 --schemes exaq,hccs`:", "",
+            "```", agreement(_load("agree_s6.json")), "```", ""]
     return "\n".join(out)
 
 

@@ -862,6 +862,30 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _crit_tensors(crit_list, nk: int, crit: int, dev):
+    """``(critical tiles int32, per key tile 1 if listed int32 (max(nk, 1),))`` on ``dev``,
+    made once per list, tile count, mode and device and kept
+    (:func:`lowprec.kernels.device_rows.index_tensor`; read only): a tensor built from a
+    Python list on a CUDA device is a synchronising copy, which stopped the host at every
+    engine call (one per SDPA call of ``lp.emulate``)."""
+    import torch
+
+    from ..kernels.device_rows import index_tensor
+
+    dev = torch.device(dev)
+    key = (tuple(int(c) for c in crit_list), nk, crit)
+
+    def listed():
+        il = np.zeros(max(nk, 1), dtype=np.int32)
+        if crit == _cpu.CRIT_LIST:
+            il[np.array(crit_list, dtype=np.int64)] = 1
+        return il
+
+    return (index_tensor(("crit_list",) + key,
+                         lambda: np.array(crit_list or [0], dtype=np.int32), dev),
+            index_tensor(("crit_in_list",) + key, listed, dev))
+
+
 def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=None,
                    block_q: int, block_k: int, cfg: _cpu.EngineConfig,
                    round_inputs_bf16: bool = False, exact_dots: bool = True,
@@ -1037,10 +1061,7 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
                           LOW_K=_LOW_QK.value, LOW_V=_LOW_V.value, num_warps=pre_warps,
                           **LAUNCH_OPTS)
     ncs = {int(_cpu.CRIT_NONE): 0, int(_cpu.CRIT_LIST): len(crit_list)}.get(int(cfg.crit), 2)
-    cl = torch.tensor(crit_list or [0], dtype=i32, device=dev)
-    in_list = torch.zeros(max(nk, 1), dtype=i32, device=dev)
-    if cfg.crit == _cpu.CRIT_LIST:
-        in_list[torch.tensor(crit_list, dtype=torch.int64, device=dev)] = 1
+    cl, in_list = _crit_tensors(crit_list, nk, int(cfg.crit), dev)
     rr = torch.zeros(B * nq * nsub, dtype=i32, device=dev)
     plo_bits = int(np.float32(p_lo).view(np.int32))
     phi_bits = int(np.float32(p_hi).view(np.int32))

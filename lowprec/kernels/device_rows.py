@@ -439,6 +439,7 @@ class DeviceQKV:
     saturated: int
     dp: Any
     host: dict | None = None
+    kv8: tuple | None = None
     _cache: dict | None = None
 
     def _kv(self, g0: int, g1: int):
@@ -453,7 +454,10 @@ class DeviceQKV:
 
     def int8_kv(self):
         """int8 ``(B, Lk, d)`` and ``(B, Lk, dv)``: k's and v's codes of every query entry
-        (its key/value head's codes under its own scale; :mod:`lowprec.gpu.int8codes`)."""
+        (its key/value head's codes under its own scale; :mod:`lowprec.gpu.int8codes`), or
+        the codes :func:`quantize_problem` launched before its read-back (``codes_kv``)."""
+        if self.kv8 is not None:
+            return self.kv8
         dp = self.dp
         return int8_codes(dp.k_in, self.sk, dp.kv), int8_codes(dp.v_in, self.sv, dp.kv)
 
@@ -473,11 +477,15 @@ class DeviceQKV:
 
 
 def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: int = 128,
-                     scope: str = "visible") -> DeviceQKV:
+                     scope: str = "visible", codes_kv: bool = False) -> DeviceQKV:
     """int8 q, k, v of a device problem: ``_int8.quantize_problem`` (``scope`` ``"visible"``:
     ``quantize_visible``; ``"tensor"``: ``quantize_qkv``), the same codes, scales and
     counters.  One pass over each of q, k, v for the row maxima, one for the codes (k's and
-    v's by :meth:`DeviceQKV.int8_kv` or per chunk), one read-back."""
+    v's by :meth:`DeviceQKV.int8_kv` or per chunk), one read-back.  With ``codes_kv`` (a
+    caller that will take :meth:`DeviceQKV.int8_kv`) and one scale per tensor on a CUDA
+    device, the codes of q, k and v are launched before the read-back, so that the host's
+    launches overlap the device's work instead of following the synchronisation (the values
+    are the same; a non-finite input still raises, its codes unused)."""
     import torch
 
     B, Lq, Lk, d = dp.B, dp.Lq, dp.Lk, dp.d
@@ -493,7 +501,7 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
             group, ng = dp.sequences(), int(dp.seq_ids().max()) + 1
     aq, ak_kv, av_kv = dp.row_max("q"), dp.row_max("k"), dp.row_max("v")
     if ng == 1 and rows_q is None and B and Lq and Lk:
-        return _quantize_one_group(dp)
+        return _quantize_one_group(dp, codes_kv)
     sk, sv = (entry_scales(group_amax(seen_amax(a[dp.kv], keys) if keys is not None else
                                       seen_amax(a, None)[dp.kv], group, ng))
               for a in (ak_kv, av_kv))
@@ -538,7 +546,7 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
                      dp=dp, host=hs)
 
 
-def _quantize_one_group(dp: DeviceProblem) -> DeviceQKV:
+def _quantize_one_group(dp: DeviceProblem, codes_kv: bool = False) -> DeviceQKV:
     """:func:`quantize_problem` when one scale serves each of q, k and v (``per_tensor`` of a
     single group: one sequence, or ``scope="tensor"``) and every row and key takes part: the
     scales of the largest ``|x|`` of each tensor, in a few operations on 3 values.  The
@@ -552,6 +560,12 @@ def _quantize_one_group(dp: DeviceProblem) -> DeviceQKV:
     s3 = entry_scales(top)
     s = s3[:, None].expand(3, B).contiguous()  # q's, k's, v's scale per entry
     sq, sk, sv = s[0], s[1], s[2]
+    # on CUDA the codes go first (under the interpreter NaN scales would warn in NumPy's casts
+    # before the finiteness check raises)
+    early = dp.device.type == "cuda"
+    q8i = int8_codes(dp.q_in, sq) if early else None
+    kv8 = (int8_codes(dp.k_in, sk, dp.kv), int8_codes(dp.v_in, sv, dp.kv)) \
+        if early and codes_kv else None
     # the one read-back: the largest |x| of q, k, v (NaN / Inf iff the tensor holds one) and
     # the three scales
     host = torch.cat([top, s3.double()]).cpu().numpy()
@@ -560,10 +574,11 @@ def _quantize_one_group(dp: DeviceProblem) -> DeviceQKV:
     hs = {"sq": np.full((B, 1), host[3], dtype=np.float32),
           "sk": np.full(B, host[4], dtype=np.float32),
           "sv": np.full(B, host[5], dtype=np.float32)}
-    return DeviceQKV(q8i=int8_codes(dp.q_in, sq), sq_row=sq_row, sk=sk, sv=sv,
-                     groups=1, block=Lq, quantized=B * (Lq * d + Lk * d + Lk * dp.dv),
+    return DeviceQKV(q8i=int8_codes(dp.q_in, sq) if q8i is None else q8i, sq_row=sq_row,
+                     sk=sk, sv=sv, groups=1, block=Lq,
+                     quantized=B * (Lq * d + Lk * d + Lk * dp.dv),
                      saturated=_saturated(dp, sq_row, sk, sv, host[3:6], None, None),
-                     dp=dp, host=hs)
+                     dp=dp, host=hs, kv8=kv8)
 
 
 def _check_finite(top) -> None:

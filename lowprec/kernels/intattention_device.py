@@ -191,7 +191,7 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
         scale_scope)
     B, Lq, Lk = dp.B, dp.Lq, dp.Lk
     dev = dp.device
-    qz = quantize_problem(dp, gran, blk, scope)
+    qz = quantize_problem(dp, gran, blk, scope, codes_kv=_fused_ok(dp, dep))
     # the thresholds per block of q's rows (one value per scale; cint_h repeats them per row)
     alpha_h = qz.host["sq"].astype(np.float64) * \
         qz.host["sk"].astype(np.float64)[:, None] * dp.scale  # (the same IEEE products)
