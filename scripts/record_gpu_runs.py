@@ -43,6 +43,8 @@ LONG_CONTEXT = (
                   "--schemes 'index_softmax_only,intflash,baps naive_e2e' --budget 160"),
     ("lc_s6.json", "scripts/gpu_long_context.py --parts perplexity --lengths 4096 --windows 3 "
                    "--schemes exaq,hccs --budget 520"),
+    ("lc_s6_8k.json", "scripts/gpu_long_context.py --parts perplexity --lengths 8192 "
+                      "--windows 1 --schemes exaq,hccs --budget 560"),
 )
 
 
@@ -93,7 +95,9 @@ NOTES = {"lc.json": "This run's 32768-token perplexity stopped with CUDA out of 
                       "tokens did not finish within the 240 s given to them (not recorded).",
          "lc_s6.json": "Session 6: exaq and hccs, which have no fused kernel, at 3 windows "
                        "(one call at (1, 9, 4096, 64) took 0.73 s and 2.2 s on the H100; hccs "
-                       "calibrates per call)."}
+                       "calibrates per call).",
+         "lc_s6_8k.json": "Session 6: the same two at 8192 tokens, one window (3.7 s and 7.5 s "
+                          "a call)."}
 
 
 def perplexity_summary() -> str:
