@@ -186,8 +186,8 @@ def launch_config(half: bool, block_k: int = 64) -> tuple[int, int, int, int]:
     its int8 ``P8 v8`` dot needs K >= 32) or 16 (half: the FMA dot holds ``SUB`` values of
     each operand row and column per thread) for ``p`` and the sums, and of ``SUBM`` = the
     tile's launch width up to 64 for the row maximum (scores and ``Y`` only); 4 warps (full)
-    or 8 (half).  Timed on the H100 at (1, 32, 4096, 128), docs/design.md "the fused
-    INT-FlashAttention kernel"."""
+    or 8 (half).  Timed on the H100 at (1, 32, 4096, 128): docs/design.md "Session 6
+    measurements"."""
     sub = 16 if half else 32
     return 64, sub, max(sub, min(pow2(block_k, 16), 64)), 8 if half else 4
 

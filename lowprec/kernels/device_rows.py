@@ -427,6 +427,8 @@ class DeviceQKV:
             ``block`` rows (``sq_row`` repeats them).
         groups, block, quantized: as ``QKV8``'s; saturated: int (``QKV8.saturated``).
         dp: the problem (the key/value codes of a chunk are made on demand: :meth:`k8t`).
+        kv8: ``(k8, v8)`` made by :func:`quantize_problem` with ``codes_kv``, else None
+            (:meth:`int8_kv` makes them).
     """
 
     q8i: Any
