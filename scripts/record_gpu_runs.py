@@ -54,11 +54,12 @@ S5_E2E = "--lengths 2048 --compile --schemes hif8,intattention,qflash --repeat 5
 S5_E2E_B = "--lengths 2048 --compile --schemes hif8,intattention,qflash --repeat 9"
 S5_AUTHORS = "--lengths 4096,16384 --causal no --intfa-config 32,128,3,4"
 S5_AUTHORS_IA = "--lengths 4096,16384 --causal no --ours intattention --authors qflash"
-#: the session-6 commands (e2e_s6.json and e2e_s6b.json, bench_authors_s6_if.json;
-#: agree_s6.json)
+#: the session-6 commands (e2e_s6.json and e2e_s6b.json, bench_authors_s6_if.json,
+#: bench_authors_s6_ia.json and bench_authors_s6_ia2.json; agree_s6.json)
 S6_E2E = S5_E2E_B
 S6_AUTHORS_IF = ("--lengths 4096,16384 --causal no --ours intflash,intflash:variant=half "
                  "--authors intfa_full,intfa_half --intfa-config 32,128,3,4")
+S6_AUTHORS_IA = S5_AUTHORS_IA  # bench_authors_s6_ia.json, then bench_authors_s6_ia2.json
 
 
 def _load(name: str):
@@ -241,6 +242,12 @@ def document() -> str:
             "much):", "",
             "```", e2e(_load("e2e_s6.json")), "```", "",
             "```", e2e(_load("e2e_s6b.json")), "```", "",
+            "`intattention` against QFlash, `benchmarks/bench_authors.py " + S6_AUTHORS_IA
+            + "`, after the int8 codes moved before the read-back:", "",
+            "```", authors(_load("bench_authors_s6_ia.json")["rows"]), "```", "",
+            "and again after its per-row thresholds travelled as one value per block of "
+            "rows (expanded on the device) instead of a (B, Lq) host array:", "",
+            "```", authors(_load("bench_authors_s6_ia2.json")["rows"]), "```", "",
             "EXAQ and HCCS on SmolLM2's own calls, device against CPU: "
             "`scripts/gpu_model_agreement.py --tokens 4096 --schemes exaq,hccs`:", "",
             "```", agreement(_load("agree_s6.json")), "```", ""]

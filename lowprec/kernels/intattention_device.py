@@ -201,7 +201,7 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
     lut = index_lut(b, cf).astype(np.int64)
     nb = (1 << b) - 1
     pmax = P_SCALES[pf]
-    mult_h = np.zeros((B, Lq), dtype=np.int64)
+    mult_h = None  # (deploy's multipliers per row; zeros otherwise, made only where read)
     if dep and cint_h.size:
         uniq, inv = np.unique(cint_h, return_inverse=True)
         mults = np.array([_deploy_mult(int(t), nb) for t in uniq], dtype=np.int64)
@@ -219,18 +219,23 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
         from ..gpu._launch import host_to_device
         from ..gpu.index_attention import intattention_rows
 
-        # the host's thresholds (clip_threshold's), int32 in one non-blocking copy
-        cint_t = host_to_device(torch.from_numpy(np.ascontiguousarray(cint_h, np.int32)),
-                                dev)
+        # the host's thresholds (clip_threshold's), one per block of rows, int32 in one
+        # non-blocking copy, repeated per row on the device (a (B, Lq) host array would
+        # need a large pinned buffer after the read-back, on the host's critical path)
+        cb = host_to_device(torch.from_numpy(np.ascontiguousarray(
+            cint_b.reshape(B, qz.groups), np.int32)), dev)
+        cint_t = (cb[:, :1].expand(B, Lq) if qz.groups == 1 else
+                  cb.repeat_interleave(qz.block, dim=1)[:, :Lq]).contiguous()
         k8, v8 = qz.int8_kv()
         out, info_all = intattention_rows(
             qz.q8i, k8, v8, cint_t, _device_lut(b, cf, lut, dev, np.int32), qz.sv.contiguous(),
             causal=dp.causal, mode=mode, nb=nb, iz=iz, pmax=pmax,
-            c_max=int(cint_h.max()) if cint_h.size else 1)
+            c_max=int(cint_b.max()) if cint_h.size else 1)
         msat = None  # (no mask: nothing saturates)
     else:
         cint_t = torch.from_numpy(np.ascontiguousarray(cint_h)).to(dev)
-        mult_t = torch.from_numpy(mult_h).to(dev)
+        mult_t = torch.from_numpy(np.zeros((B, Lq), dtype=np.int64) if mult_h is None
+                                  else mult_h).to(dev)
         out, info_all, msat = _intattention_rows(dp, qz, _alpha_rows(dp, qz), cint_t, mult_t,
                                                  lut_t, iz, nb, mode, pmax, dep, tail_from)
     if not return_stats:
