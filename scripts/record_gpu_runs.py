@@ -54,7 +54,7 @@ S5_E2E = "--lengths 2048 --compile --schemes hif8,intattention,qflash --repeat 5
 S5_E2E_B = "--lengths 2048 --compile --schemes hif8,intattention,qflash --repeat 9"
 S5_AUTHORS = "--lengths 4096,16384 --causal no --intfa-config 32,128,3,4"
 S5_AUTHORS_IA = "--lengths 4096,16384 --causal no --ours intattention --authors qflash"
-#: the session-6 commands (e2e_s6.json and e2e_s6b.json, bench_authors_s6_if.json,
+#: the session-6 commands (e2e_s6.json, e2e_s6b.json and e2e_s6c.json, bench_authors_s6_if.json,
 #: bench_authors_s6_ia.json and bench_authors_s6_ia2.json; agree_s6.json)
 S6_E2E = S5_E2E_B
 S6_AUTHORS_IF = ("--lengths 4096,16384 --causal no --ours intflash,intflash:variant=half "
@@ -242,6 +242,9 @@ def document() -> str:
             "much):", "",
             "```", e2e(_load("e2e_s6.json")), "```", "",
             "```", e2e(_load("e2e_s6b.json")), "```", "",
+            "A third run, on another machine, after `intattention`'s thresholds change "
+            "(below):", "",
+            "```", e2e(_load("e2e_s6c.json")), "```", "",
             "`intattention` against QFlash, `benchmarks/bench_authors.py " + S6_AUTHORS_IA
             + "`, after the int8 codes moved before the read-back:", "",
             "```", authors(_load("bench_authors_s6_ia.json")["rows"]), "```", "",
