@@ -38,6 +38,7 @@ _TILE_GPU = 1024
 #: distance from a half-integer below which a value's code is taken from the IEEE division
 #: (``2**-40``: the two quotients differ by at most ``2**-44`` where codes do not saturate)
 TIE_TOL = 2.0**-40
+_TIE_TOL = tl.constexpr(TIE_TOL)
 
 
 @triton.jit
@@ -68,7 +69,7 @@ def _int8_codes_kernel(X, SRC, S, OUT, L, D, nl, s_b, s_l, QMIN: tl.constexpr,
     q = tl.minimum(tl.maximum(q, -128.0), 128.0)
     t = q.to(tl.int32)  # toward zero; q - t is exact
     fr = q - t.to(tl.float64)
-    near = bad | ~(tl.abs(tl.abs(fr) - 0.5) >= 9.094947017729282e-13)  # TIE_TOL
+    near = bad | ~(tl.abs(tl.abs(fr) - 0.5) >= _TIE_TOL)
     if tl.max(near.to(tl.int32)) > 0:  # a (near-)tie in the block: the IEEE quotient there
         q = tl.where(near, tl.minimum(tl.maximum(x / s[:, None], -128.0), 128.0), q)
         t = q.to(tl.int32)

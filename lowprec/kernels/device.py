@@ -573,29 +573,24 @@ def _rows_counts(s, dp, stats, out, none, floored: int, options, causal: bool):
             parts.append((~fin & ~none).sum(dtype=torch.int64).reshape(1))
     if none is not None:
         parts.append(none.sum(dtype=torch.int64).reshape(1))
-    counted = None  # the noise count packed: "noisy" rows, "quiet" rows, or none
+    counted = False  # whether the noisy rows' count is packed
     if s.noise is not None:
         model = s.noise(options)
         whole = options.get("scale_scope") == "tensor"
         if model is not None and B and Lq and Lk:
             if model not in ("int8_tensor", "int8_entry", "int8_token"):  # pragma: no cover
                 raise NotImplementedError(f"noise model {model!r} on the device")
-            if dp.all_take_part:  # (parts all True: every row sees a key)
-                tp = "all" if (dp.mask is not None or causal) else None
-                est = _noise_int8(dp, model, None if whole else tp)
-                quiet = est <= NOISE_NATS  # (noisy = rows - quiet rows)
-                parts.append(quiet.sum(dtype=torch.int64).reshape(1))
-                counted = "quiet"
-            else:
-                tp = dp.taking_part() if (dp.mask is not None or causal) else None
-                est = _noise_int8(dp, model, None if whole else tp)
-                noisy = ~(est <= NOISE_NATS)
-                if tp is not None:
-                    noisy = noisy & tp[0]
-                elif none is not None:
-                    noisy = noisy & ~none
-                parts.append(noisy.sum(dtype=torch.int64).reshape(1))
-                counted = "noisy"
+            tp = None
+            if dp.mask is not None or causal:  # ("all": every row sees a key, parts all True)
+                tp = "all" if dp.all_take_part else dp.taking_part()
+            est = _noise_int8(dp, model, None if whole else tp)
+            noisy = ~(est <= NOISE_NATS)
+            if isinstance(tp, tuple):
+                noisy = noisy & tp[0]
+            elif none is not None:
+                noisy = noisy & ~none
+            parts.append(noisy.sum(dtype=torch.int64).reshape(1))
+            counted = True
     if not parts:
         parts.append(torch.zeros(1, dtype=torch.int64, device=dp.device))
     packed = torch.cat(parts) if len(parts) > 1 else parts[0]
@@ -613,8 +608,7 @@ def _rows_counts(s, dp, stats, out, none, floored: int, options, causal: bool):
             n_none, pos = int(host[pos]), pos + 1
         st.mask_floored = floored
         if s.noise is not None:
-            st.noisy_rows = 0 if counted is None else \
-                (rows - int(host[pos]) if counted == "quiet" else int(host[pos]))
+            st.noisy_rows = int(host[pos]) if counted else 0
         return st, n_none
 
     return packed, read

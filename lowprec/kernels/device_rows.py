@@ -537,7 +537,7 @@ def quantize_problem(dp: DeviceProblem, granularity: str = "per_tensor", block: 
                for seen, sc in ((rows_q, sq_row), (kseen, sk), (kseen, sv))]
     host = torch.cat(top + low + [sq.reshape(-1).double(), sk.double(), sv.double()])
     host = host.cpu().numpy()
-    _check_finite(host[:3])
+    check_finite(host[:3])
     n = B * blocks
     hs = {"sq": host[6:6 + n].astype(np.float32).reshape(B, blocks),
           "sk": host[6 + n:6 + n + B].astype(np.float32),
@@ -571,7 +571,7 @@ def _quantize_one_group(dp: DeviceProblem, codes_kv: bool = False) -> DeviceQKV:
     # the one read-back: the largest |x| of q, k, v (NaN / Inf iff the tensor holds one) and
     # the three scales
     host = torch.cat([top, s3.double()]).cpu().numpy()
-    _check_finite(host[:3])
+    check_finite(host[:3])
     sq_row = sq[:, None].expand(B, Lq)
     hs = {"sq": np.full((B, 1), host[3], dtype=np.float32),
           "sk": np.full(B, host[4], dtype=np.float32),
@@ -583,11 +583,12 @@ def _quantize_one_group(dp: DeviceProblem, codes_kv: bool = False) -> DeviceQKV:
                      dp=dp, host=hs, kv8=kv8)
 
 
-def _check_finite(top) -> None:
-    """ValueError for the first of q, k, v whose largest ``|x|`` (host ``top``) is NaN or
-    Inf."""
-    for i, name in enumerate(("q", "k", "v")):
-        if not np.isfinite(top[i]):
+def check_finite(tops) -> None:
+    """ValueError (the CPU's ``_int8.check_finite_inputs`` message) for the first of q, k, v
+    whose largest ``|x|`` is NaN or Inf: ``tops`` three host values or arrays of maxima (a
+    maximum is NaN / Inf iff its values hold one), read back by the caller."""
+    for name, top in zip("qkv", tops, strict=True):
+        if not np.all(np.isfinite(top)):
             raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
 
 
@@ -676,6 +677,6 @@ def out_rows(acc, sv, pmax: float):
 __all__ = ["DeviceProblem", "DeviceRows", "DeviceStats", "DeviceQKV", "quantize_problem",
            "chunks", "codes",
            "row_amax", "entry_scales", "scoped_amax", "seen_amax", "group_amax",
-           "none_visible", "out_rows", "index_tensor", "to_device",
+           "none_visible", "out_rows", "index_tensor", "to_device", "check_finite",
            "fused_kernels", "int8_codes", "float_scores", "float_output",
            "DEVICE_CHUNK_ELEMS"]

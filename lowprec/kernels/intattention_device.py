@@ -249,7 +249,7 @@ def intattention(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT
     parts = [info_all.sum(dim=1).reshape(-1), off.sum().reshape(1)]
     if msat is not None:
         parts.append(msat.reshape(1))
-    c_rec = cint_h[:, ::qz.block][:, :qz.groups] if Lq else np.zeros((B, 0), np.int64)
+    c_rec = cint_b.reshape(B, qz.groups) if Lq else np.zeros((B, 0), np.int64)
     quantized, saturated = qz.quantized, qz.saturated
 
     def build(red):

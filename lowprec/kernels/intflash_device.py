@@ -54,7 +54,14 @@ import numpy as np
 
 from ._fp_device import exp2_f32
 from ._int8 import FINITE_WHY
-from .device_rows import DeviceProblem, chunks, codes, fused_kernels, row_amax
+from .device_rows import (
+    DeviceProblem,
+    check_finite,
+    chunks,
+    codes,
+    fused_kernels,
+    row_amax,
+)
 from .intflash import (
     _C_F16_OVF,
     _C_RESCALES,
@@ -152,9 +159,7 @@ def _check_amax(amax, stats: bool) -> list:
         low = _const(INT8_QMAX * 2.0**-126, torch.float64, amax[0].device)
         parts += [((a > 0) & (a < low)).any().reshape(1).double() for a in amax]
     host = torch.cat(parts).cpu().numpy()
-    for name, top in zip("qkv", host[:3], strict=True):
-        if not np.isfinite(top):
-            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
+    check_finite(host[:3])
     return [bool(x) for x in host[3:]] if stats else [False] * 3
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._int8 import FINITE_WHY
 from ._qflash_rows import (
     _C_EXP_OVF,
     _C_I32_WRAP,
@@ -45,6 +44,7 @@ from ._qflash_rows import (
 )
 from .device_rows import (
     DeviceProblem,
+    check_finite,
     chunks,
     codes,
     fused_kernels,
@@ -180,9 +180,7 @@ def _scales(dp: DeviceProblem, scope: str):
     host = torch.cat(top + ent).cpu().numpy()
     B, Bk = dp.B, dp.k_in.shape[0]
     vals = np.split(host, np.cumsum([B, Bk, Bk, B, B]))
-    for name, a in zip("qkv", vals[:3], strict=True):
-        if not np.all(np.isfinite(a)):
-            raise ValueError(f"{name} contains NaN or Inf; {FINITE_WHY}")
+    check_finite(vals[:3])
     if scope == "visible":
         group = dp.seq_ids()
         amax = []
