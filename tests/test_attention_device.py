@@ -139,6 +139,41 @@ def test_noisy_rows_and_float64_inputs():
     assert out.dtype == torch.float64 and st.noisy_rows > 0
 
 
+def test_fused_call_stats_noisy_nonfinite_dead_rows(monkeypatch):
+    """The statistics of a call without a mask come from one kernel
+    (``lowprec.gpu.callstats``): equal to the CPU's and to the torch operations' (the path
+    masked calls take), with every counter non-zero and not full: some rows noisy and some
+    not (logits growing with the row), non-finite rows (an Inf in v), rows that see no key
+    (causal Lq > Lk), GQA by index, float16 inputs."""
+    import lowprec.gpu.callstats as cs
+    from lowprec.kernels import device as dmod
+
+    q, k, v = qkv(Z=1, Hq=4, Hkv=2, Lq=48, Lk=36, kind="f32", seed=11, amp=1.0)
+    q = (q * torch.linspace(1.0, 700.0, 48)[:, None]).to(torch.float16)
+    k, v = k.to(torch.float16), v.to(torch.float16)
+    v[0, 1, 20, 3] = float("inf")
+    kr, vr = (t.repeat_interleave(2, dim=1) for t in (k, v))
+    _, ref = both(q, kr, vr, "baps", config="e2e_hif8", causal=True, block_q=16, block_k=8)
+    assert 0 < ref.noisy_rows < 4 * 36 and ref.nonfinite_rows > 0
+    calls = []
+    real = cs.call_stats
+    monkeypatch.setattr(cs, "call_stats", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    s = lp.kernels.get_scheme("baps")
+    opts = {"config": "e2e_hif8", "block_q": 16, "block_k": 8}
+    with on_device():
+        _, st_f, none_f, n_f = attention_device(s, dev(q), dev(k), dev(v), causal=True,
+                                                gqa=True, options=opts, return_stats=True,
+                                                with_empty=True)
+        monkeypatch.setattr(dmod, "_fused_stats", lambda dev_: False)
+        _, st_t, none_t, n_t = attention_device(s, dev(q), dev(k), dev(v), causal=True,
+                                                gqa=True, options=opts, return_stats=True,
+                                                with_empty=True)
+    assert calls == [1]
+    assert_same_stats(st_f, ref)
+    assert_same_stats(st_t, ref)
+    assert n_f == n_t == 4 * (48 - 36) and torch.equal(none_f, none_t)
+
+
 def test_lead_broadcast_and_2d_inputs():
     """k/v with one head broadcast over the query heads (read by index), q without a batch dim
     broadcast against k's; 2-d inputs."""

@@ -243,3 +243,38 @@ def test_intflash_kernel_compiles_to_clean_ptx():
         assert r["fma32"] == per // r["threads"], r
         assert set(r["div"]) <= {"div.rn.f32", "div.s32"}, r
         assert r["imma"] >= (1 if c["HALF"] else 2) and r["float_mma"] == [], r
+
+
+_CS_SCRIPT = """
+import json, re, sys
+sys.path.insert(0, "scripts")
+from gpu_ptx_check import FORBIDDEN, _compile
+from lowprec.gpu.callstats import _call_stats_kernel, _SHAPES
+rep = []
+for x in ("*fp32", "*fp16", "*bf16"):
+    for noise in (False, True):
+        sig = {"Q": x, "K": x, "OUT": "*fp32", "FLAGS": "*i8", "RR": "*i32", "PACK": "*i64",
+               **{n: "i32" for n in ("sqz", "sqh", "sqm", "sqd", "skz", "skh", "skn", "skd")},
+               **{n: "i32" for n in _SHAPES}}
+        ptx = _compile(_call_stats_kernel, sig,
+                       {"NOISE": noise, "BM": 64, "BD": 64, "BDV": 64, "BF": 256}, 4)
+        rep.append({"c": [x, noise],
+                    "bad": [ln.strip() for ln in ptx.splitlines() if FORBIDDEN.search(ln)][:5],
+                    "sqrt": sorted(set(re.findall(r"\\bsqrt\\.[a-z0-9.]+", ptx))),
+                    "div": sorted(set(re.findall(r"\\bdiv\\.[a-z0-9.]+", ptx)))})
+print(json.dumps(rep))
+"""
+
+
+def test_call_stats_kernel_compiles_to_clean_ptx():
+    """The engine call's statistics kernel (``lowprec.gpu.callstats``) for each input dtype,
+    with and without the noise estimate: nothing forbidden, the float64 square root and
+    division IEEE (``sqrt.rn.f64``, ``div.rn.f64``) and only where the estimate is made."""
+    rep = _ptx_report(_CS_SCRIPT)
+    assert len(rep) == 6
+    for r in rep:
+        assert r["bad"] == [], r
+        noise = r["c"][1]
+        assert r["sqrt"] == (["sqrt.rn.f64"] if noise else []), r
+        assert set(r["div"]) <= {"div.rn.f64", "div.s32", "div.u32", "div.s64"}, r
+        assert ("div.rn.f64" in r["div"]) == noise, r

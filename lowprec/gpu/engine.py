@@ -862,6 +862,23 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+_PLACEHOLDERS: dict = {}
+
+
+def _placeholders(dev):
+    """``(mask map int32, visibility int8, mask float32)`` one-element tensors on ``dev`` for
+    the mask arguments of a call without a mask (the kernels do not read them), made once
+    per device: three allocations fewer per call."""
+    import torch
+
+    key = str(dev)
+    if key not in _PLACEHOLDERS:
+        _PLACEHOLDERS[key] = (torch.zeros(1, dtype=torch.int32, device=dev),
+                              torch.zeros(1, dtype=torch.int8, device=dev),
+                              torch.zeros(1, dtype=torch.float32, device=dev))
+    return _PLACEHOLDERS[key]
+
+
 def _crit_tensors(crit_list, nk: int, crit: int, dev):
     """``(critical tiles int32, per key tile 1 if listed int32 (max(nk, 1),))`` on ``dev``,
     made once per list, tile count, mode and device and kept
@@ -892,7 +909,8 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
                    num_warps: int | None = None, dk: int | None = None,
                    unroll: int | None = None, o_mem: bool | None = None,
                    rows: int | None = None, maxnreg: int | None = None,
-                   pv_stages: int | None = None, qk_stages: int | None = None):
+                   pv_stages: int | None = None, qk_stages: int | None = None,
+                   raw_restarts: bool = False):
     """The engine on torch tensors of one device (a CUDA GPU, or CPU under the Triton
     interpreter); same meaning and results as :func:`lowprec.kernels.online.run_engine`.
 
@@ -914,6 +932,9 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
         exact_dots: allow fused products (``tl.fma``) where the guard proves every product
             exact (False: separate multiply and add everywhere; same results, slower; for
             tests).
+        raw_restarts: return the restarted rows per row block, int32 ``(B, nq * nsub)``
+            (``nsub`` row blocks per query tile), not their sums per entry (one reduction
+            fewer for a caller that sums them itself: :mod:`lowprec.gpu.callstats`).
         num_warps, dk, unroll, o_mem, rows, maxnreg, qk_stages, pv_stages: launch tuning
             (results do not depend on them): :func:`default_launch` when None.
 
@@ -973,18 +994,21 @@ def run_engine_gpu(q, k, v, *, scale: float, causal: bool, mask=None, mask_map=N
     if B * nq == 0 or Lk == 0:
         if Lk == 0:
             out.fill_(float("nan"))
-        return out.view(shape_out), flags, torch.zeros(B, dtype=torch.int64, device=dev)
+        rr0 = torch.zeros((B, 0), dtype=torch.int32, device=dev) if raw_restarts else \
+            torch.zeros(B, dtype=torch.int64, device=dev)
+        return out.view(shape_out), flags, rr0
     with (torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()):
         return _launch(q4, k4, v4, out, flags, shape_out, crit_list, scale=scale,
                        causal=causal, mask=mask, mask_map=mask_map, Br=Br, Bc=Bc, nq=nq, nk=nk,
                        cfg=cfg, round_inputs_bf16=round_inputs_bf16, exact_dots=exact_dots,
                        num_warps=num_warps, dk=dk, unroll=unroll, o_mem=o_mem, rows=rows,
-                       maxnreg=maxnreg, pv_stages=pv_stages, qk_stages=qk_stages)
+                       maxnreg=maxnreg, pv_stages=pv_stages, qk_stages=qk_stages,
+                       raw_restarts=raw_restarts)
 
 
 def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask, mask_map,
             Br, Bc, nq, nk, cfg, round_inputs_bf16, exact_dots, num_warps, dk, unroll, o_mem,
-            rows, maxnreg, pv_stages, qk_stages):
+            rows, maxnreg, pv_stages, qk_stages, raw_restarts):
     """The launches of :func:`run_engine_gpu` (validated arguments, 4-d inputs, outputs
     allocated, under the device guard)."""
     import torch
@@ -1041,10 +1065,9 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
                                   CAUSAL=bool(causal), BM=BQ, BN=BN, num_warps=pre_warps,
                                   **LAUNCH_OPTS)
         mask_arg, mstr = mask, mask.stride()
-    else:
-        mmap = torch.zeros(1, dtype=i32, device=dev)
-        vis = torch.zeros(1, dtype=torch.int8, device=dev)
-        mask_arg, mstr = torch.zeros(1, dtype=f32, device=dev), (0, 0, 0)
+    else:  # (never read: placeholders, made once per device)
+        mmap, vis, mask_arg = _placeholders(dev)
+        mstr = (0, 0, 0)
     Bkv = Z * Hkv
     # slots past a row block's rows are never stored: zeros (read, then ignored)
     qt_buf = (torch.zeros if nsub * BM != Br else torch.empty)((B * nq * nsub, d, BM),
@@ -1084,8 +1107,9 @@ def _launch(q4, k4, v4, out, flags, shape_out, crit_list, *, scale, causal, mask
             ACC=int(cfg.acc), HAS_MASK=has_mask,
             TRY_EXACT_QK=bool(exact_dots), TRY_EXACT_PV=bool(try_pv and exact_dots), O_MEM=O_MEM,
             QK_STAGES=QK_ST, PV_STAGES=PV_ST, num_warps=nw, **extra, **LAUNCH_OPTS)
-    row_restarts = rr.view(B, nq * nsub).sum(dim=1, dtype=torch.int64)
-    return out.view(shape_out), flags, row_restarts
+    if raw_restarts:
+        return out.view(shape_out), flags, rr.view(B, nq * nsub)
+    return out.view(shape_out), flags, rr.view(B, nq * nsub).sum(dim=1, dtype=torch.int64)
 
 
 __all__ = ["run_engine_gpu", "round_bf16", "device_tables", "default_launch", "LAUNCH_OPTS",

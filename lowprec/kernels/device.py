@@ -234,6 +234,22 @@ def _noisy_rows(q4, k4, scale: float, parts, none):
     return noisy.sum(dtype=torch.int64)
 
 
+def _check_noise_model(model) -> None:
+    """The engine schemes' one noise model (``"bfloat16"``) or None."""
+    if model is not None and model != "bfloat16":  # pragma: no cover - none other exists
+        raise NotImplementedError(f"noise model {model!r} on the device")
+
+
+def _fused_stats(dev) -> bool:
+    """Whether :func:`lowprec.gpu.callstats.call_stats` builds a call's statistics: CUDA
+    tensors, or CPU tensors under Triton's interpreter (where the engine itself runs)."""
+    if dev.type == "cuda":
+        return True
+    from ..gpu._launch import interpreting
+
+    return dev.type == "cpu" and interpreting()
+
+
 class Pending:
     """Statistics of a device call on their way to the host (:func:`attention_device` with
     ``defer=True``): the call's one packed int64 tensor is copied to pinned host memory without
@@ -344,8 +360,12 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
 
         out, flags, rr = run_engine_gpu(q4, k4, v4, scale=sc, causal=bool(causal),
                                         mask=planes, mask_map=mmap_t, block_q=bq, block_k=bk,
-                                        cfg=cfg, round_inputs_bf16=rnd)
+                                        cfg=cfg, round_inputs_bf16=rnd, raw_restarts=True)
         out = out.reshape(B, Lq, dv)
+    # the statistics of a call without a mask in one kernel (lowprec.gpu.callstats): its
+    # counters come per entry (C = B values each), the torch operations' below as totals
+    fused = return_stats and planes is None and not empty and dv > 0 and _fused_stats(dev)
+    C = B if fused else 1
     vis = _visibility(planes, mmap_t, Lq, Lk, bool(causal), dev)
     none = _no_key_rows(vis, mmap_t, B, Lq, Lk, bool(causal), dev)
     if none is not None:  # the one place rows that see no key become NaN (a kernel's NaN kept)
@@ -355,18 +375,26 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
     parts = []
     if bad is not None:
         parts.append(bad.to(torch.int64))
-    if return_stats:
+    if fused:
+        from ..gpu.callstats import call_stats
+
+        model = s.noise(options) if s.noise is not None else None
+        _check_noise_model(model)
+        parts.append(call_stats(q4, k4, out, flags, rr, scale=sc, causal=bool(causal),
+                                noise=model is not None, step2=_BF16_STEP2,
+                                noise_nats=NOISE_NATS))
+    elif return_stats:
         zero = torch.zeros((), dtype=torch.int64, device=dev)
         if not empty:
-            parts += [flags.reshape(-1).to(torch.int64), rr.to(torch.int64)]
+            parts += [flags.reshape(-1).to(torch.int64),
+                      rr.sum(dim=1, dtype=torch.int64)]
         fin = torch.isfinite(out).all(dim=-1) if dv else \
             torch.ones((B, Lq), dtype=torch.bool, device=dev)
         nonfin = ~fin if none is None else (~fin & ~none)
         parts.append(nonfin.sum(dtype=torch.int64).reshape(1))
         model = s.noise(options) if s.noise is not None else None
         if model is not None and not empty:
-            if model != "bfloat16":  # pragma: no cover - the engine schemes' only model
-                raise NotImplementedError(f"noise model {model!r} on the device")
+            _check_noise_model(model)
             tp = _taking_part(vis, mmap_t, B, Lq, Lk, bool(causal), dev) \
                 if planes is not None or causal else None
             parts.append(_noisy_rows(q4, k4, sc, tp, none).reshape(1))
@@ -395,11 +423,11 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
             rrh = host[pos:pos + B].astype(np.int64)
             pos += B
             st = tile_stats(fl, rrh, flow_e2e)
-        st.nonfinite_rows = int(host[pos])
+        st.nonfinite_rows = int(host[pos:pos + C].sum())
         st.mask_floored = 0
         if s.noise is not None:
-            st.noisy_rows = int(host[pos + 1])
-        return st, int(host[pos + 2])
+            st.noisy_rows = int(host[pos + C:pos + 2 * C].sum())
+        return st, int(host[pos + 2 * C:pos + 3 * C].sum())
 
     packed = torch.cat(parts) if parts else None
     if defer and return_stats and bad is None:

@@ -1,0 +1,170 @@
+"""The statistics of one GPU-engine call (``flash``, ``baps``) in one kernel: the packed int64
+vector that :func:`lowprec.kernels.device.attention_device` copies to the host once, built on
+the device without the ~20 small torch operations (and their host time: about 0.9 ms of a
+1.7 ms call in an ``lp.emulate`` forward on the H100, docs/design.md "Host time of an emulated
+call") that assembled it before.
+
+One program per batch entry ``b`` (a query head) writes, for calls without a mask:
+
+* the engine's tile flags widened to int64 (``flags[b]``, ``nq * nk`` values);
+* its restarted rows: the sum of the entry's per-row-block counters;
+* three counters: rows whose output holds a NaN or an infinity among the rows that see a key
+  (``nonfinite_rows``), rows whose estimated logit noise exceeds ``NOISE_NATS``
+  (``noisy_rows``, model ``"bfloat16"``), rows that see no key.
+
+Every counter is an integer count of comparisons, exact in any order.  The noise estimate is
+:func:`lowprec.kernels.problem.logit_noise`'s float64 ``"bfloat16"`` formula, ``sqrt(step2 * 2
+* sum_d q_id**2 E_j[k_jd**2]) * |scale|``, with every square exact (float32 values squared in
+float64) but its two sums in the kernel's order, not NumPy's: as with the torch operations it
+replaces, a row whose estimate lies within a few float64 ulps of the threshold could count
+differently from the CPU (module docstring of :mod:`lowprec.kernels.device`).  The non-finite
+test is two comparisons per value (``|x| < inf``), so a NaN cannot be lost to a reduction
+(specs/gpu.md section 2).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import triton
+import triton.language as tl
+
+from ._launch import LAUNCH_OPTS, device_guard, halves, interpreting
+
+_INF = tl.constexpr(float("inf"))
+_LOW32 = tl.constexpr(0xFFFFFFFF)
+
+
+@triton.jit
+def _f64(lo, hi):
+    """The float64 whose bit pattern has the int32 halves ``lo``, ``hi`` (``_launch.halves``:
+    Triton passes a Python float as float32)."""
+    return ((hi.to(tl.int64) << 32) | (lo.to(tl.int64) & _LOW32)).to(tl.float64, bitcast=True)
+
+
+_SHAPES = ["Hq", "G", "Lq", "Lk", "d", "dv", "nflag", "nrr", "shift", "causal", "o_rr", "o_cnt",
+           "B", "c_lo", "c_hi", "s_lo", "s_hi", "n_lo", "n_hi"]
+
+
+@triton.jit(do_not_specialize=_SHAPES)
+def _call_stats_kernel(Q, K, OUT, FLAGS, RR, PACK, sqz, sqh, sqm, sqd, skz, skh, skn, skd,
+                       Hq, G, Lq, Lk, d, dv, nflag, nrr, shift, causal, o_rr, o_cnt, B,
+                       c_lo, c_hi, s_lo, s_hi, n_lo, n_hi, NOISE: tl.constexpr,
+                       BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
+                       BF: tl.constexpr):
+    """Entry ``b = program_id``: ``PACK[b * nflag + i] = FLAGS[b * nflag + i]``,
+    ``PACK[o_rr + b] = sum RR[b * nrr:(b + 1) * nrr]``, ``PACK[o_cnt + c * B + b]`` the
+    counters ``c`` = 0 non-finite, 1 noisy, 2 no key (module docstring); the float64
+    constants ``2 step2``, ``|scale|`` and ``NOISE_NATS`` as int32 halves."""
+    step2x2 = _f64(c_lo, c_hi)
+    scale_abs = _f64(s_lo, s_hi)
+    noise_nats = _f64(n_lo, n_hi)
+    b = tl.program_id(0)
+    b64 = b.to(tl.int64)
+    z = b // Hq
+    h = b % Hq
+    kh = h // G
+    offs_f = tl.arange(0, BF)
+    for i0 in range(0, nflag, BF):
+        i = i0 + offs_f
+        fl = tl.load(FLAGS + b64 * nflag + i, mask=i < nflag, other=0)
+        tl.store(PACK + b64 * nflag + i, fl.to(tl.int64), mask=i < nflag)
+    rr = tl.zeros([BF], dtype=tl.int64)
+    for i0 in range(0, nrr, BF):
+        i = i0 + offs_f
+        rr += tl.load(RR + b64 * nrr + i, mask=i < nrr, other=0).to(tl.int64)
+    tl.store(PACK + o_rr + b, tl.sum(rr, axis=0))
+
+    offs_m = tl.arange(0, BM)
+    offs_d = tl.arange(0, BD)
+    dok = offs_d < d
+    # E_j[k_jd**2] over every key (a call without a mask: every key takes part)
+    k2 = tl.zeros([BD], dtype=tl.float64)
+    if NOISE:
+        kb = K + z.to(tl.int64) * skz + kh.to(tl.int64) * skh
+        for j0 in range(0, Lk, BM):
+            j = j0 + offs_m
+            kt = tl.load(kb + j[:, None].to(tl.int64) * skn + offs_d[None, :] * skd,
+                         mask=(j[:, None] < Lk) & dok[None, :], other=0.0)
+            kf = kt.to(tl.float32).to(tl.float64)
+            k2 += tl.sum(kf * kf, axis=0)
+        k2 = k2 / Lk
+    offs_v = tl.arange(0, BDV)
+    qb = Q + z.to(tl.int64) * sqz + h.to(tl.int64) * sqh
+    ob = OUT + b64 * Lq * dv
+    nonfin = tl.zeros([BM], dtype=tl.int32)
+    noisy = tl.zeros([BM], dtype=tl.int32)
+    nokey = tl.zeros([BM], dtype=tl.int32)
+    for i0 in range(0, Lq, BM):
+        i = i0 + offs_m
+        iok = i < Lq
+        if causal != 0:
+            sees = iok & (i + shift >= 0)
+        else:
+            sees = iok
+        nokey += (iok & ~sees).to(tl.int32)
+        o = tl.load(ob + i[:, None].to(tl.int64) * dv + offs_v[None, :],
+                    mask=iok[:, None] & (offs_v[None, :] < dv), other=0.0)
+        bad = tl.sum((~(tl.abs(o) < _INF)).to(tl.int32), axis=1)
+        nonfin += (sees & (bad > 0)).to(tl.int32)
+        if NOISE:
+            qt = tl.load(qb + i[:, None].to(tl.int64) * sqm + offs_d[None, :] * sqd,
+                         mask=iok[:, None] & dok[None, :], other=0.0)
+            qf = qt.to(tl.float32).to(tl.float64)
+            var = step2x2 * tl.sum((qf * qf) * k2[None, :], axis=1)
+            est = tl.sqrt(var) * scale_abs  # float64: sqrt.rn.f64 (the PTX test)
+            noisy += (sees & ~(est <= noise_nats)).to(tl.int32)
+    tl.store(PACK + o_cnt + b, tl.sum(nonfin, axis=0).to(tl.int64))
+    tl.store(PACK + o_cnt + B + b, tl.sum(noisy, axis=0).to(tl.int64))
+    tl.store(PACK + o_cnt + 2 * B + b, tl.sum(nokey, axis=0).to(tl.int64))
+
+
+def _bits64(x: float) -> tuple[int, int]:
+    """A float64 as the int32 halves of its bit pattern (:func:`_f64` joins them)."""
+    return halves(struct.unpack("<q", struct.pack("<d", x))[0])
+
+
+def call_stats(q4, k4, out, flags, rr, *, scale: float, causal: bool, noise: bool,
+               step2: float, noise_nats: float):
+    """The packed statistics of an engine call without a mask (module docstring).
+
+    Args:
+        q4: ``(Z, Hq, Lq, d)`` the engine's query (float32, float16 or bfloat16, any strides);
+            k4: ``(Z, Hkv, Lk, d)`` its keys (``Hq % Hkv == 0``: GQA by index).
+        out: float32 ``(B, Lq, dv)`` contiguous, ``B = Z * Hq``, the engine's output.
+        flags: int8 ``(B, nq, nk)`` contiguous; rr: int32 ``(B, n)`` contiguous restarted rows
+            per row block.
+        scale: the softmax scale; causal: bottom-right aligned (row ``i`` sees no key when
+            ``i + Lk - Lq < 0``).
+        noise: count ``noisy_rows`` (model ``"bfloat16"``); else that counter is 0.
+        step2, noise_nats: ``problem._BF16_STEP2`` and ``problem.NOISE_NATS``.
+
+    Returns:
+        int64 ``(B * nq * nk + B + 3 * B,)`` on the device: flags, restarted rows per entry,
+        then the three counters per entry (non-finite, noisy, no key).
+    """
+    import torch
+
+    Z, Hq, Lq, d = q4.shape
+    Hkv, Lk = k4.shape[1], k4.shape[2]
+    B, dv = out.shape[0], out.shape[2]
+    nflag = flags.shape[1] * flags.shape[2]
+    nrr = rr.shape[1]
+    o_rr = B * nflag
+    pack = torch.empty(o_rr + 4 * B, dtype=torch.int64, device=out.device)
+    if B == 0:
+        return pack
+    bd = max(16, triton.next_power_of_2(d))
+    bdv = max(16, triton.next_power_of_2(dv))
+    bm = 64 if not interpreting() else max(16, min(1024, triton.next_power_of_2(max(Lq, Lk))))
+    with device_guard(out):
+        _call_stats_kernel[(B,)](
+            q4, k4, out, flags, rr, pack, *q4.stride(), *k4.stride(), Hq, Hq // Hkv, Lq, Lk,
+            d, dv, nflag, nrr, Lk - Lq, int(bool(causal)), o_rr, o_rr + B, B,
+            *_bits64(float(step2) * 2.0), *_bits64(abs(float(scale))),
+            *_bits64(float(noise_nats)), NOISE=bool(noise),
+            BM=bm, BD=bd, BDV=bdv, BF=256, num_warps=4, **LAUNCH_OPTS)
+    return pack
+
+
+__all__ = ["call_stats"]
