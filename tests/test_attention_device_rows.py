@@ -4,8 +4,9 @@ messages; masks (boolean, additive, ``finfo.min`` padding), causal with Lq != Lk
 blocks, GQA read by index, every option that changes the arithmetic.
 
 Without a GPU (CI) the device path runs on CPU tensors under :func:`force_engine` (torch steps
-on the CPU, the Triton row sums in the interpreter); on a GPU machine the same tests put the
-tensors on ``cuda``.
+on the CPU, the Triton row sums and fused kernels in the interpreter); on a GPU machine the same
+tests put the tensors on ``cuda``.  ``quant_only``'s fused kernel (calls without a mask) has its
+own cases below (``test_quant_only_fused*``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
 
+import triton.language as tl  # noqa: E402
 from conftest import HAS_CUDA  # noqa: E402
 
 import lowprec as lp  # noqa: E402
+from lowprec.gpu._tiles import seq_cols  # noqa: E402
 from lowprec.kernels import get_scheme  # noqa: E402
 from lowprec.kernels.device import attention_device, force_engine  # noqa: E402
 
@@ -160,6 +163,135 @@ def test_quant_only_options(opts):
     both(q, k, v, "quant_only", causal=True, attn_mask=am, **opts)
 
 
+@triton.jit
+def _seq_cols_kernel(X, Z, OUT, N: tl.constexpr, BM: tl.constexpr):
+    """``OUT = seq_cols(seq_cols(Z, X[:, :N]), X[:, N:])`` of a ``(BM, 2N)`` float array."""
+    r = tl.arange(0, BM)
+    x = tl.load(X + r[:, None] * (2 * N) + tl.arange(0, N)[None, :])
+    x2 = tl.load(X + r[:, None] * (2 * N) + N + tl.arange(0, N)[None, :])
+    tl.store(OUT + r, seq_cols(seq_cols(tl.load(Z + r), x, BM, N), x2, BM, N))
+
+
+@pytest.fixture
+def qo_launches(monkeypatch):
+    """Counts the launches of ``quant_only``'s fused kernel (a test fails if the call took the
+    torch path, or took the kernel where it should not)."""
+    import lowprec.gpu.quant_only_kernel as qk
+
+    calls = []
+    real = qk.quant_only_rows
+
+    def spy(*a, **kw):
+        calls.append(kw)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(qk, "quant_only_rows", spy)
+    return calls
+
+
+QO_CASES = [  # (qkv arguments, call options)
+    (dict(), {}),  # GQA (4 query heads on 2 stored ones), 2 sequences
+    (dict(Z=1, Hq=2, Hkv=2, Lq=70, Lk=100, d=24, dv=40), dict(causal=True)),  # partial tiles
+    (dict(Z=1, Hq=2, Hkv=1, Lq=90, Lk=50, dtype=torch.float16), dict(causal=True)),  # no key
+    (dict(Z=1, Hq=4, Hkv=2, Lq=70, Lk=33, dtype=torch.bfloat16),
+     dict(granularity="per_block", block=16)),
+    (dict(Z=1, Hq=2, Hkv=2, Lq=33, Lk=47, d=16, dv=8), dict(granularity="per_channel",
+                                                            causal=True)),
+    (dict(Z=2, Hq=2, Hkv=2, Lq=20, Lk=40, amp=3.0), dict(scale_scope="tensor", scale=0.3)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(QO_CASES)))
+def test_quant_only_fused(case, qo_launches):
+    """``quant_only`` without a mask runs the fused kernel (one launch) and gives the CPU's
+    bits and statistics: GQA, causal Lq < Lk and Lq > Lk (rows that see no key), partial row
+    and key tiles, head dims that are not powers of two, per-block and per-channel scales,
+    one scale per tensor, float16, bfloat16 and float32 inputs."""
+    shape, kw = QO_CASES[case]
+    q, k, v = qkv(seed=40 + case, **shape)
+    st = both(q, k, v, "quant_only", **kw)[1]
+    assert len(qo_launches) == 1
+    if kw.get("causal") and shape["Lq"] > shape["Lk"]:
+        assert st.empty_rows > 0
+
+
+def test_quant_only_fused_launch_settings(monkeypatch, qo_launches):
+    """Another launch setting (32 rows, 32-key tiles, the 32-column float64 chain, 64-key P
+    tiles) gives the same bits."""
+    import lowprec.gpu.quant_only_kernel as qk
+
+    monkeypatch.setattr(qk, "LAUNCH", (32, 32, 32, 64, 4, 1))
+    q, k, v = qkv(Z=1, Hq=2, Hkv=1, Lq=45, Lk=90, seed=47)
+    both(q, k, v, "quant_only", causal=True)
+    assert len(qo_launches) == 1
+
+
+def test_quant_only_fused_overflowing_scores(qo_launches):
+    """Scores that overflow float32 (q near the float32 maximum): a row whose visible scores
+    are all ``-inf`` (P8 = 0, output 0, unnormalized) and one whose maximum is ``+inf`` (a NaN
+    row), as on the CPU."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=40, Lk=40, seed=30)
+    q[0, 0, 0] = -torch.sign(k[0, 0, 0]) * 3e38  # row 0 sees key 0 only: its score is -inf
+    q[0, 0, 5] = torch.sign(k[0, 0, 2]) * 3e38  # key 2 scores +inf
+    out, st = both(q, k, v, "quant_only", causal=True)
+    assert len(qo_launches) == 1
+    assert torch.isnan(out[0, 0, 5]).all() and (out[0, 0, 0] == 0).all()
+    assert st.unnormalized_rows > 0
+
+
+def test_quant_only_masked_calls_take_torch_path(qo_launches):
+    """A call with a mask keeps the torch-operations path (the kernel is not launched)."""
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=24, Lk=30, seed=48)
+    am = torch.rand(1, 1, 24, 30, generator=torch.Generator().manual_seed(1)) > 0.3
+    both(q, k, v, "quant_only", causal=True, attn_mask=am)
+    assert qo_launches == []
+
+
+def test_quant_only_fused_equals_torch_path(monkeypatch, qo_launches):
+    """The fused kernel and the device's torch-operations path give the same bits and
+    statistics on the same call (two device implementations of one pipeline; both take the
+    device's ``exp``: the interpreter's NumPy and torch's SLEEF on CPU tensors, the same
+    libdevice function on a GPU)."""
+    from lowprec.kernels import device_rows as drows
+    from lowprec.kernels import intattention_device as idev
+
+    q, k, v = qkv(Z=1, Hq=4, Hkv=2, Lq=50, Lk=70, seed=49, amp=3.0)
+    call = dict(causal=True, return_stats=True, options={}, gqa=True)
+    with on_device():
+        a = attention_device(get_scheme("quant_only"), dev(q), dev(k), dev(v), **call)
+        assert len(qo_launches) == 1
+        monkeypatch.setattr(drows, "FUSED_ON_INTERPRETER", False)
+        monkeypatch.setattr(idev, "fused_kernels", lambda dp: False)
+        b = attention_device(get_scheme("quant_only"), dev(q), dev(k), dev(v), **call)
+    assert len(qo_launches) == 1
+    same_out(a[0].cpu(), b[0])
+    same_stats(a[1], b[1])
+
+
+def test_seq_cols_adds_left_to_right():
+    """``_tiles.seq_cols`` (the kernel's float64 sum) adds a tile's columns one at a time, left
+    to right, after the running value: rows whose sum depends on the order."""
+    from lowprec.gpu._launch import LAUNCH_OPTS
+
+    g = torch.Generator().manual_seed(0)
+    for n in (16, 32):
+        x = torch.randn(16, 2 * n, generator=g, dtype=torch.float64) * 1e3
+        x[0] = 2.0**-53
+        x[1] = 2.0**-53
+        x[1, 5] = 1.0
+        z0 = torch.randn(16, generator=g, dtype=torch.float64)
+        z0[0], z0[1] = 1.0, 0.0
+        want = z0.clone().numpy()
+        for j in range(2 * n):
+            want = want + x[:, j].numpy()
+        got = torch.empty(16, dtype=torch.float64)
+        xd, zd, gd = dev(x), dev(z0), dev(got)
+        _seq_cols_kernel[(1,)](xd, zd, gd, N=n, BM=16, **LAUNCH_OPTS)
+        got = gd.cpu().numpy()
+        assert got[0] == 1.0 and got[1] > 1.0  # the order shows
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("opts", [dict(bits=3, index_rounding="nearest"), dict(c=2.0)])
 def test_index_softmax_only_options_and_nonfinite(opts):
     """Options, and scores that overflow float32 (+inf and NaN rows, nonfinite_rows)."""
@@ -228,13 +360,14 @@ def test_llama_shaped_calls_defer_their_statistics(scheme, opts):
     assert scheme != "index_softmax_only" or st.nonfinite_rows > 0
 
 
-def test_deferred_call_reads_back_for_its_checks_only(monkeypatch):
-    """``intattention`` with ``defer=True`` reads back once in the call (the inputs' largest
-    values and the scales, for its checks and thresholds), not for its statistics; an input
-    with NaN still raises in the call."""
+@pytest.mark.parametrize("scheme", ["intattention", "quant_only"])
+def test_deferred_call_reads_back_for_its_checks_only(monkeypatch, scheme):
+    """``intattention`` and ``quant_only`` with ``defer=True`` read back once in the call (the
+    inputs' largest values and the scales, for the checks and intattention's thresholds), not
+    for their statistics; an input with NaN still raises in the call."""
     q, k, v = qkv(Z=1, Hq=4, Hkv=2, Lq=32, Lk=32, seed=15, dtype=torch.bfloat16)
     call = dict(causal=True, return_stats=True, options={}, gqa=True, with_empty=True)
-    s = get_scheme("intattention")
+    s = get_scheme(scheme)
     reads = []
     cpu = torch.Tensor.cpu
 

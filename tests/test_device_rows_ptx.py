@@ -278,3 +278,70 @@ def test_call_stats_kernel_compiles_to_clean_ptx():
         assert r["sqrt"] == (["sqrt.rn.f64"] if noise else []), r
         assert set(r["div"]) <= {"div.rn.f64", "div.s32", "div.u32", "div.s64"}, r
         assert ("div.rn.f64" in r["div"]) == noise, r
+
+
+_QO_SCRIPT = """
+import json, re, sys
+sys.path.insert(0, "scripts")
+from gpu_ptx_check import FORBIDDEN, _compile
+from lowprec.gpu.quant_only_kernel import LAUNCH, _exp_f64_kernel, _quant_only_kernel
+
+def scan(ptx):
+    lines = [ln.strip() for ln in ptx.splitlines()]
+    bad, tests = [], 0
+    for n, s in enumerate(lines):
+        if not FORBIDDEN.search(s) or s.startswith("fma.rn.f64"):
+            continue
+        nxt = next((x for x in lines[n + 1:] if x), "")
+        if s.startswith("abs.ftz.f32") and nxt.startswith("setp.lt.f32") and \\
+                "0f4086232B" in nxt:
+            tests += 1  # libdevice exp's range test on the high word of the double
+            continue
+        bad.append(s)
+    mma = [s.split()[0] for s in lines if re.match(r"(wg)?mma\\.(sync|mma_async)", s)]
+    return {"bad": bad[:5], "exp": tests,
+            "fma32": len([s for s in lines if s.startswith("fma.rn.f32")]),
+            "fma64": len([s for s in lines if s.startswith("fma.rn.f64")]),
+            "add64": len([s for s in lines if s.startswith("add.rn.f64")]),
+            "div": sorted(set(re.findall(r"\\bdiv\\.[a-z0-9.]+", ptx))),
+            "imma": len([m for m in mma if m.endswith(".s32.s8.s8")]),
+            "float_mma": [m for m in mma if not m.endswith(".s32.s8.s8")]}
+
+one = scan(_compile(_exp_f64_kernel, {"X": "*fp64", "OUT": "*fp64", "n": "i32"},
+                    {"BLOCK": 128}, 4))
+sig = {"Q8": "*i8", "K8": "*i8", "V8": "*i8", "SQ": "*fp32", "SK": "*fp32", "SV": "*fp32",
+       "OUT": "*fp32", "INFO": "*i32", "b0": "i32", "Lq": "i32", "Lk": "i32", "D": "i32",
+       "DV": "i32", "shift": "i32", "sq_b": "i32", "sq_l": "i32", "scale_bits": "i32"}
+rep = []
+for launch in (LAUNCH, (64, 64, 32, 64, 8, 1)):
+    bm, bn, sub, bn3, warps, stages = launch
+    for causal in (False, True):
+        c = dict(CAUSAL=causal, BM=bm, BN=bn, SUB=sub, BN3=bn3, BD=128, BDV=64)
+        ptx = _compile(_quant_only_kernel, sig, c, warps, num_stages=stages)
+        rep.append(dict(scan(ptx), c=c, threads=32 * warps))
+print(json.dumps({"exp": one, "kernel": rep}))
+"""
+
+
+def test_quant_only_kernel_compiles_to_clean_ptx():
+    """The fused ``quant_only`` kernel (causal or not, at its launch setting and another) and
+    ``tl.exp`` of a float64 alone: nothing forbidden but libdevice's double ``exp`` (its
+    ``fma.rn.f64`` polynomial and its ``.ftz`` range test on the high word, the same count per
+    exp as alone, and at least an exp per lane of the two exp tiles, ``BM x (SUB + BN3)`` per
+    program, spread over its threads: layouts may repeat lanes);
+    no float32 FMA; IEEE float64 divisions only (``e / z`` and the output's ``/ 127``); the
+    float64 row sum as ``add.rn.f64`` beyond the exps' own (the chain of ``seq_cols``, not a
+    float64 tensor-core dot); the three score GEMMs and ``P8 v8`` on int8 tensor cores and no
+    float tensor-core product."""
+    rep = _ptx_report(_QO_SCRIPT)
+    one = rep["exp"]
+    assert one["bad"] == [] and one["exp"] == 1 and one["fma64"] > 0 and one["fma32"] == 0, one
+    assert len(rep["kernel"]) == 4
+    for r in rep["kernel"]:
+        c = r["c"]
+        assert r["bad"] == [], r
+        assert r["exp"] >= c["BM"] * (c["SUB"] + c["BN3"]) // r["threads"], r
+        assert r["fma64"] == r["exp"] * one["fma64"] and r["fma32"] == 0, r
+        assert r["add64"] - r["exp"] * one["add64"] >= c["SUB"], r
+        assert set(r["div"]) == {"div.rn.f64"}, r
+        assert r["imma"] >= 4 and r["float_mma"] == [], r

@@ -1,5 +1,6 @@
-"""Tile loads, the int8 score GEMM and the sequential float32 tile product shared by the fused
-attention kernels (:mod:`.index_attention`, :mod:`.qflash_kernel`, :mod:`.intflash_kernel`):
+"""Tile loads, the int8 score GEMM, the sequential float32 tile product and the sequential row
+sums of a tile shared by the fused attention kernels (:mod:`.index_attention`,
+:mod:`.qflash_kernel`, :mod:`.intflash_kernel`, :mod:`.quant_only_kernel`):
 one program holds a block of query rows of one entry and walks key tiles; q, k and v are
 C-contiguous ``(B, L, d)`` arrays (int8 codes, or float16 values for :func:`seq_dot`)."""
 
@@ -48,6 +49,61 @@ def seq_dot(a, b, acc):
     return tl.dot(a, b, acc, input_precision="ieee")
 
 
+@triton.jit
+def _seq2(z, x):
+    """``(z + x[:, 0]) + x[:, 1]`` of a ``(BM, 2)`` tile."""
+    a, b = tl.split(x)
+    return (z + a) + b
+
+
+@triton.jit
+def _halves(x, BM: tl.constexpr, N: tl.constexpr):
+    """Columns ``[0, N/2)`` and ``[N/2, N)`` of a ``(BM, N)`` tile (moves of values only)."""
+    return tl.split(tl.permute(tl.reshape(x, [BM, 2, N // 2]), (0, 2, 1)))
+
+
+@triton.jit
+def _seq4(z, x, BM: tl.constexpr):
+    a, b = _halves(x, BM, 4)
+    return _seq2(_seq2(z, a), b)
+
+
+@triton.jit
+def _seq8(z, x, BM: tl.constexpr):
+    a, b = _halves(x, BM, 8)
+    return _seq4(_seq4(z, a, BM), b, BM)
+
+
+@triton.jit
+def _seq16(z, x, BM: tl.constexpr):
+    a, b = _halves(x, BM, 8 * 2)
+    return _seq8(_seq8(z, a, BM), b, BM)
+
+
+@triton.jit
+def _seq32(z, x, BM: tl.constexpr):
+    a, b = _halves(x, BM, 16 * 2)
+    return _seq16(_seq16(z, a, BM), b, BM)
+
+
+@triton.jit
+def seq_cols(z, x, BM: tl.constexpr, N: tl.constexpr):
+    """``z + x[:, 0] + x[:, 1] + ... + x[:, N - 1]`` per row, added one column at a time left
+    to right (the CPU's ``z += x[j]``: each add one rounding, in x's float dtype, any
+    products exact or not, float64 included) for a ``(BM, N)`` tile, ``N`` 16 or 32.  The
+    columns are taken apart by halving the tile (reshape, permute, split: moves of values,
+    no arithmetic; in the PTX for sm_90 of Triton 3.7, one exchange through shared memory
+    per tile, after which a thread holds whole rows), then added in a chain.  Unlike
+    :func:`seq_dot` it needs no exact products (a float64 ``tl.dot`` would run on the float64
+    tensor cores, in the hardware's order)."""
+    if N == 16:
+        r = _seq16(z, x, BM)
+    else:
+        tl.static_assert(N == 32, "seq_cols takes 16 or 32 columns")
+        r = _seq32(z, x, BM)
+    return r
+
+
 @contextlib.contextmanager
 def sequential_interpreter_dots():
     """Within the context, the Triton interpreter's float ``tl.dot`` sums as the GPU's FMA dot
@@ -89,4 +145,5 @@ def pow2(n: int, lo: int) -> int:
     return max(lo, triton.next_power_of_2(max(int(n), 1)))
 
 
-__all__ = ["q_tile", "kv_tile", "scores", "seq_dot", "sequential_interpreter_dots", "pow2"]
+__all__ = ["q_tile", "kv_tile", "scores", "seq_dot", "seq_cols", "sequential_interpreter_dots",
+           "pow2"]

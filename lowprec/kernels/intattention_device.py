@@ -20,7 +20,10 @@ the roundings) with the same IEEE operation:
   float64 ``exp`` (glibc), the device torch's (CUDA's, within 1 ulp; on CPU tensors, SLEEF's).
   An ulp of ``e`` reaches the output only if it moves ``fp32(e / z)`` across a float32
   rounding boundary (about 2**-28 per probability) and that moves ``RNE(127 p)``: measured
-  agreement in docs/design.md.
+  agreement in docs/design.md.  Calls without a mask run the same steps in one fused Triton
+  kernel (:mod:`lowprec.gpu.quant_only_kernel`), whose ``exp`` is libdevice's ``__nv_exp``
+  on the GPU (the CUDA math library's, which torch's CUDA ``exp`` calls) and NumPy's in
+  Triton's interpreter: the same unpinned step.
 * ``index_softmax_only``: the scores ``fp32(fp32(fp64(q . k) scale) + mask)`` and ``O = P v``
   are float64 GEMMs of float32 operands, whose order is BLAS's on the CPU (not pinned: it
   depends on the BLAS build) and cuBLAS's on the GPU; the float32 LUT softmax between them is
@@ -37,7 +40,7 @@ import numpy as np
 
 from ..stats import IntAttentionStats
 from ._check import check_choice
-from ._int8 import INT8_QMAX, NORM_TOL, unnormalized
+from ._int8 import INT8_QMAX, NORM_TOL
 from ._intattention_rows import (
     _I_EMPTY,
     _I_PSUM,
@@ -319,21 +322,72 @@ def _intattention_rows(dp, qz, alpha_row, cint_t, mult_t, lut_t, iz, nb, mode, p
 def quant_only(dp: DeviceProblem, return_stats: bool, granularity: str = "per_tensor",
                block: int = BLOCK_DEFAULT, scale_scope: str = "visible"):
     """Scheme ``quant_only`` on the device (``intattention._quant_only``; the module docstring
-    says which step is not pinned)."""
+    says which step is not pinned).  Calls without a mask run the fused Triton kernel
+    (:mod:`lowprec.gpu.quant_only_kernel`, under :func:`~.device_rows.fused_kernels`), the
+    others the torch operations per chunk of rows; the statistics stay on the device
+    (:class:`~.device_rows.DeviceStats`: no read-back in the call)."""
+    gran, blk = _check_granularity(granularity, block, dp.Lq)
+    _check_depth(dp.d)
+    fused = dp.mask is None and fused_kernels(dp)
+    qz = quantize_problem(dp, gran, blk, check_choice(scale_scope, "scale_scope",
+                                                      SCALE_SCOPES), codes_kv=fused)
+    if fused:
+        out, counts = _quant_only_fused(dp, qz, return_stats)
+    else:
+        out, counts = _quant_only_rows(dp, qz, return_stats)
+    if not return_stats:
+        return out, None
+    B, Lq = dp.B, dp.Lq
+    quantized, saturated = qz.quantized, qz.saturated
+
+    def build(red):
+        return IntAttentionStats(calls=1, rows=B * Lq, empty_rows=int(red[0]),
+                                 quantized=quantized, saturated=saturated,
+                                 unnormalized_rows=int(red[1]))
+
+    return out, DeviceStats(counts, build)
+
+
+#: ``unnormalized``'s bound on ``|sum P8 - 127|`` (``NORM_TOL`` of full scale, in float64 as
+#: the CPU compares it)
+_QO_TOL = NORM_TOL * float(INT8_QMAX)
+
+
+def _quant_only_fused(dp: DeviceProblem, qz, return_stats: bool):
+    """:func:`quant_only` by the fused kernel: ``(out, [empty rows, unnormalized rows])``
+    (int64 device tensors; None without statistics)."""
+    import torch
+
+    from ..gpu.quant_only_kernel import STATE_EMPTY, STATE_NAN, quant_only_rows
+
+    k8, v8 = qz.int8_kv()
+    out, info = quant_only_rows(qz.q8i, k8, v8, qz.sq_row, qz.sk.contiguous(),
+                                qz.sv.contiguous(), dp.scale, causal=dp.causal)
+    if not return_stats:
+        return out, None
+    psum, state = info[..., 0], info[..., 1]
+    seen = state != STATE_EMPTY
+    # (integer sums: |psum - 127| <= 12.7 in float64 iff <= 12 in integers; a NaN row's
+    # float64 sum is NaN, never within the bound)
+    off = seen & ((state == STATE_NAN) | ((psum - INT8_QMAX).abs() > math.floor(_QO_TOL)))
+    return out, [(~seen).sum(dtype=torch.int64).reshape(1),
+                 off.sum(dtype=torch.int64).reshape(1)]
+
+
+def _quant_only_rows(dp: DeviceProblem, qz, return_stats: bool):
+    """:func:`quant_only` in torch operations per chunk of rows (masks; CPU tensors outside
+    the interpreter): ``(out, [empty rows, unnormalized rows])`` as
+    :func:`_quant_only_fused`."""
     import torch
 
     from ..gpu.rowsum import seq_rowsum
 
-    gran, blk = _check_granularity(granularity, block, dp.Lq)
     Lk = dp.Lk
     dev = dp.device
-    _check_depth(dp.d)
-    qz = quantize_problem(dp, gran, blk, check_choice(scale_scope, "scale_scope",
-                                                      SCALE_SCOPES))
     scale32 = torch.tensor(float(np.float32(dp.scale)), dtype=torch.float32, device=dev)
     out = torch.empty((dp.B, dp.Lq, dp.dv), dtype=torch.float32, device=dev)
-    empty_n = torch.zeros((), dtype=torch.int64, device=dev)
-    sums = []
+    empty_n = torch.zeros(1, dtype=torch.int64, device=dev)
+    off_n = torch.zeros(1, dtype=torch.int64, device=dev)
     for g0, g1, r0, r1 in chunks(dp):
         gh, rows = g1 - g0, r1 - r0
         n = gh * rows
@@ -355,19 +409,15 @@ def quant_only(dp: DeviceProblem, return_stats: bool, granularity: str = "per_te
         p = (e / z[:, None]).to(torch.float32)
         p8 = (p.double() * INT8_QMAX).to(torch.float32).double().round()
         P8 = torch.where(ok, p8, 0.0)
-        none = none_visible(rm.vis, rm.lim, Lk)
-        empty_n += none.sum()
-        sums.append((P8.sum(dim=1), ~none))
         acc = torch.matmul(P8.reshape(gh, rows, Lk), qz.v8(g0, g1))
         out[g0:g1, r0:r1] = out_rows(acc, qz.sv[g0:g1], INT8_QMAX)
-    if not return_stats:
-        return out, None
-    un = sum(unnormalized(s.cpu().numpy(), float(INT8_QMAX), sn.cpu().numpy())
-             for s, sn in sums)
-    st = IntAttentionStats(calls=1, rows=dp.B * dp.Lq, empty_rows=int(empty_n),
-                           quantized=qz.quantized, saturated=qz.saturated,
-                           unnormalized_rows=int(un))
-    return out, st
+        if return_stats:
+            none = none_visible(rm.vis, rm.lim, Lk)
+            empty_n += none.sum()
+            # unnormalized(): not |sum - 127| <= 12.7 in float64 (NaN sums included)
+            near = (P8.sum(dim=1) - INT8_QMAX).abs() <= _QO_TOL
+            off_n += (~near & ~none).sum()
+    return out, ([empty_n, off_n] if return_stats else None)
 
 
 def index_softmax_rows(x, visible, lut_t, nb: int, cf32, mode: int):
