@@ -573,3 +573,35 @@ def test_boolean_causal_mask_is_causal():
     assert str(r[0].stats.to_dict()) == str(r[1].stats.to_dict())
     assert not torch.equal(a, c)
     assert torch.equal(a.view(torch.int32), d.view(torch.int32))  # same visibility either way
+
+
+def test_reused_causal_verdict_is_checked_again():
+    """A mask tensor found causal is not compared again on the host while the object and its
+    version are unchanged, but the reused answer is checked on the device: contents
+    rewritten without a version bump (as torch.compile's generated code rewrites a buffer it
+    reuses; here through ``.data``) raise at the exit instead of running as causal
+    unnoticed; ``mask_cache=False`` compares in every call and gets the mask right."""
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(1, 2, 24, 16, generator=g) for _ in range(3))
+    m = torch.ones(1, 1, 24, 24, dtype=torch.bool).tril()
+    opts = dict(config="e2e_hif8", block_q=8, block_k=8)
+    with emulate("baps", **opts) as run:
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        b = F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # the verdict reused
+    assert torch.equal(a, b) and [c.causal for c in run.stats.calls] == [True, True]
+    v0 = m._version
+    with pytest.raises(RuntimeError, match=r"call\(s\) \[1\].*without a version bump"):
+        with emulate("baps", **opts):
+            F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+            m.data[0, 0, 20, :] = False  # (no version bump)
+            assert m._version == v0
+            F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    with emulate("baps", mask_cache=False, **opts) as run:
+        c = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    want = lp.attention(q, k, v, "baps", attn_mask=m, **opts)
+    assert torch.isnan(want[0, :, 20]).all()  # row 20 sees no key now
+    want[0, :, 20] = 0.0  # (emulate's empty_rows="zero")
+    assert torch.equal(c.view(torch.int32), want.view(torch.int32))
+    assert [(x.causal, x.masked) for x in run.stats.calls] == [(False, True)]
+    with pytest.raises(TypeError, match="mask_cache must be a bool"):
+        emulate("baps", mask_cache=1)

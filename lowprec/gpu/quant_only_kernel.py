@@ -166,9 +166,13 @@ def _exp_f64_kernel(X, OUT, n, BLOCK: tl.constexpr):
 #: ``(BM, BN, SUB, BN3, num_warps, num_stages)``: 64 query rows a program; key tiles of 64 for
 #: the row maximum, sub-tiles of 16 for the float64 chain of ``z`` (a thread then holds whole
 #: rows of 16 float64 values), tiles of 32 for ``p`` and ``P8 v8`` (the int8 dot needs
-#: K >= 32; a 64-key tile of float64 ``exp`` holds twice the registers); 4 warps; one stage
-#: (Triton 3.7's pipeliner declines the int8 warp-group dots).  Not yet timed on a GPU.
-LAUNCH = (64, 64, 16, 32, 4, 1)
+#: K >= 32; a 64-key tile of float64 ``exp`` holds twice the registers); 4 warps; 3 stages
+#: (Triton 3.6 pipelines the key loads; 3.7's pipeliner declines the int8 warp-group dots
+#: and compiles the loops unpipelined).  Timed on the H100 at (1, 32, 4096, 128), bf16, the
+#: whole ``lp.attention`` call (median of ``do_bench``; non-causal / causal ms): this 6.60 /
+#: 4.33; one stage 7.60 / 4.56; SUB 32 7.58 / 4.36; 8 warps 12.4 / 7.07; BM 32 9.77 / 5.60;
+#: BM 128 with 8 warps 7.47 / 4.64.  Every setting gives the same bits.
+LAUNCH = (64, 64, 16, 32, 4, 3)
 
 
 def quant_only_rows(q8, k8, v8, sq, sk, sv, scale: float, *, causal: bool,

@@ -191,12 +191,17 @@ class Emulation:
             switched.
         hf_switched: qualified names of the HF models whose config this context switched
             (set while active; see :mod:`lowprec.torch.hf`).
+        mask_cache: whether a causal mask's verdict is reused for the same tensor
+            (:func:`emulate`).
     """
 
     def __init__(self, scheme, *, model=None, reference=False, activations=None, weights=None,
                  include=None, exclude=None, quantize_options=None, empty_rows="zero",
-                 hf_eager=True, **options):
+                 hf_eager=True, mask_cache=True, **options):
         self.scheme, self.options = _resolve_scheme(scheme, options)
+        if not isinstance(mask_cache, (bool, np.bool_)):
+            raise TypeError(f"mask_cache must be a bool, got {type(mask_cache).__name__}")
+        self.mask_cache = bool(mask_cache)
         if not isinstance(reference, (bool, np.bool_)):
             raise TypeError(f"reference must be a bool, got {type(reference).__name__}")
         if empty_rows not in EMPTY_ROWS:
@@ -222,6 +227,8 @@ class Emulation:
         self._stats = EmulationStats(self.scheme, self.options)
         self._deferred: list = []           # device calls whose statistics are on their way
         self._last_mask = None              # (weakref, version, is causal) of the last mask
+        self._mask_checks: list = []        # (device bool, call index): reused verdicts' checks
+        self._trils: dict = {}              # (L, device) -> the boolean lower triangle
         self._names: dict[int, str] = {}     # id(module) -> qualified name
         self._qsel: set[int] = set()        # ids of the selected nn.Linear modules
         self._wcache: dict[int, tuple] = {}  # id(module) -> (param, version, quantized weight)
@@ -249,7 +256,24 @@ class Emulation:
         return self._stats
 
     def _flush(self) -> None:
-        """Record the device calls whose statistics were deferred, in call order."""
+        """Record the device calls whose statistics were deferred, in call order; check the
+        causal-mask verdicts reused from the cache (:meth:`_causal_mask`)."""
+        checks, self._mask_checks = self._mask_checks, []
+        if checks:
+            import torch
+
+            ok = torch.stack([c for c, _ in checks]).cpu().numpy()
+            stale = [i for (_, i), good in zip(checks, ok, strict=True) if not good]
+            if stale:
+                self._deferred = []
+                raise RuntimeError(
+                    f"lowprec.emulate({self.scheme!r}): SDPA call(s) {stale} were given a "
+                    "boolean mask tensor that had been found causal in an earlier call, but "
+                    "its contents changed without a version bump (a buffer that "
+                    "torch.compile's generated code reuses and rewrites in place); those "
+                    "calls ran as causal, so their outputs and statistics are wrong. "
+                    "Emulate this model without torch.compile, or with "
+                    "lowprec.emulate(..., mask_cache=False)")
         pending, self._deferred = self._deferred, []
         for rec, pend, seconds, signal, noise in pending:
             rec.stats, rec.empty_rows = pend.resolve()
@@ -610,7 +634,11 @@ class Emulation:
         ``is_causal=True`` gives compiled and eager runs the same bits and statistics and lets
         the GPU engine skip reading a mask plane.  The answer for the last mask tensor is kept
         (the layers of one forward share it), keyed on the tensor object and its version
-        counter, so a forward checks it once (one comparison, one small read-back)."""
+        counter, so a forward checks it once (one comparison, one small read-back).  Code
+        that rewrites a tensor without bumping its version (torch.compile's generated code
+        reuses and rewrites buffers; the answer is then reused for other contents) is caught
+        by checking a reused True answer again on the device, read with the deferred
+        statistics (:meth:`_flush` raises); ``mask_cache=False`` turns the reuse off."""
         import torch
 
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -624,10 +652,17 @@ class Emulation:
         except RuntimeError:  # an inference tensor keeps no version counter: no caching
             version = None
         last = self._last_mask
-        if version is not None and last is not None and last[0]() is mask and \
-                last[1] == version:
+        key = (Lq, str(mask.device))
+        tril = self._trils.get(key)
+        if tril is None:
+            tril = self._trils[key] = torch.ones(Lq, Lk, dtype=torch.bool,
+                                                 device=mask.device).tril()
+        if self.mask_cache and version is not None and last is not None and \
+                last[0]() is mask and last[1] == version:
+            if last[2]:  # checked on the device, read with the deferred statistics (_flush)
+                index = len(self._stats.calls) + len(self._deferred)
+                self._mask_checks.append(((mask.reshape(Lq, Lk) == tril).all(), index))
             return last[2]
-        tril = torch.ones(Lq, Lk, dtype=torch.bool, device=mask.device).tril()
         verdict = bool(torch.equal(mask.reshape(Lq, Lk), tril))
         self._last_mask = None if version is None else (weakref.ref(mask), version, verdict)
         return verdict
@@ -1044,7 +1079,8 @@ def _fused_attention_functions() -> dict:
 
 def emulate(scheme: str, *, model=None, reference: bool = False, activations: str | None = None,
             weights: str | None = None, include=None, exclude=None, quantize_options=None,
-            empty_rows: str = "zero", hf_eager: bool = True, **options) -> Emulation:
+            empty_rows: str = "zero", hf_eager: bool = True, mask_cache: bool = True,
+            **options) -> Emulation:
     """Context manager: inside it, torch SDPA calls (and ``nn.MultiheadAttention``, the
     ``nn.Transformer`` layers) run lowprec's emulated attention.
 
@@ -1075,6 +1111,14 @@ def emulate(scheme: str, *, model=None, reference: bool = False, activations: st
             implementation for the context's lifetime, so their attention is emulated too
             (restored on exit; see :mod:`lowprec.torch.hf`).  ``False`` leaves them alone
             (their attention then runs unemulated, and the exit warning says so).
+        mask_cache: a boolean mask that equals the causal lower triangle runs as
+            ``is_causal=True`` (the same bits and statistics, faster); the answer is read
+            from the device once per mask tensor and reused while the tensor object and its
+            version counter are unchanged.  A reused answer is checked again on the device
+            without waiting, and the check is read with the deferred statistics: a tensor
+            rewritten in place without a version bump (``torch.compile``'s generated code
+            reuses buffers) raises a RuntimeError there instead of passing unnoticed.
+            ``False`` reads the answer back in every call (one synchronisation per call).
         **options: options of the scheme (``config``, ``tau``, ``block_q``, ...).  The
             integer schemes take their int8 scales from the rows and keys a call's mask lets
             take part, per sequence (``scale_scope="visible"``, the default: a padded batch
@@ -1106,7 +1150,7 @@ def emulate(scheme: str, *, model=None, reference: bool = False, activations: st
     return Emulation(scheme, model=model, reference=reference, activations=activations,
                      weights=weights, include=include, exclude=exclude,
                      quantize_options=quantize_options, empty_rows=empty_rows,
-                     hf_eager=hf_eager, **options)
+                     hf_eager=hf_eager, mask_cache=mask_cache, **options)
 
 
 __all__ = ["emulate", "Emulation", "EmulationStats", "ModuleStats", "CallRecord",
