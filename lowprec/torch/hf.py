@@ -100,7 +100,9 @@ def register() -> str:
 def _emulating() -> bool:
     from .context import _active_stack
 
-    return bool(_active_stack())
+    # len(), not bool(): Dynamo (torch 2.11) traces this inside transformers' mask creation
+    # and cannot trace bool() of a list
+    return len(_active_stack()) > 0
 
 
 def attention_mask(**kwargs):
