@@ -29,7 +29,10 @@ the roundings) with the same IEEE operation:
   depends on the BLAS build) and cuBLAS's on the GPU; the float32 LUT softmax between them is
   exact.  A float64 sum differs between orders in its last bits only, which reaches a float32
   result when it lies within 2**-29 of a rounding boundary: measured agreement in
-  docs/design.md.
+  docs/design.md.  Calls without a mask run the same steps in one fused Triton kernel
+  (:mod:`lowprec.gpu.index_softmax_kernel`), whose two GEMMs are float64 ``tl.dot`` of
+  float32 values (float64 tensor cores on sm_90; NumPy per tile in Triton's interpreter): the
+  same unpinned order, the same exact LUT softmax.
 """
 
 from __future__ import annotations
@@ -494,7 +497,7 @@ def _index_softmax_fused(dp: DeviceProblem, b: int, cf: float, mode: int, nb: in
 
     dev = dp.device
     lut = index_tensor(("index_softmax_lut", b, float(cf)),
-                       lambda: index_lut(b, cf).astype(np.int64), dev).to(torch.int32)
+                       lambda: index_lut(b, cf).astype(np.int32), dev)
     if dp.causal:  # the entries whose v holds a non-finite value (the kernel's VBAD)
         vbad = (~torch.isfinite(dp.v)).flatten(1).any(dim=1).to(torch.int32)
     else:
