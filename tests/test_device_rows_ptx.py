@@ -1,7 +1,7 @@
 """The Triton kernels of the row-wise schemes' device paths (``lowprec.gpu.rowsum``,
 ``lowprec.gpu.index_attention``, ``lowprec.gpu.qflash_kernel``, ``lowprec.gpu.intflash_kernel``,
 ``lowprec.gpu.exp2f``, ``lowprec.gpu.int8codes``, ``lowprec.gpu.rowstats``,
-``lowprec.gpu.quant_only_kernel``, ``lowprec.gpu.index_softmax_kernel``)
+``lowprec.gpu.quant_only_kernel``, ``lowprec.gpu.callstats``)
 compiled
 ahead of time for sm_90 (no GPU needed, specs/gpu.md section 4): its PTX holds the sequential
 IEEE adds (``add.f32`` / ``add.f64``, round to nearest) and none of the forbidden instructions
@@ -346,47 +346,3 @@ def test_quant_only_kernel_compiles_to_clean_ptx():
         assert r["add64"] - r["exp"] * one["add64"] >= c["SUB"], r
         assert set(r["div"]) == {"div.rn.f64"}, r
         assert r["imma"] >= 4 and r["float_mma"] == [], r
-
-
-_IS_SCRIPT = """
-import json, re, sys
-sys.path.insert(0, "scripts")
-from gpu_ptx_check import FORBIDDEN, _compile
-from lowprec.gpu.index_softmax_kernel import LAUNCH, _index_softmax_kernel
-
-sig = {"Q": "*fp32", "K": "*fp32", "V": "*fp32", "KV": "*i64", "LUT": "*i32", "VBAD": "*i32",
-       "OUT": "*fp32", "NANF": "*i32", "b0": "i32", "Lq": "i32", "Lk": "i32", "D": "i32",
-       "DV": "i32", "shift": "i32", "sc_lo": "i32", "sc_hi": "i32", "cf_bits": "i32",
-       "nb": "i32"}
-rep = []
-for launch, mode in ((LAUNCH, 0), (LAUNCH, 1), ((32, 16, 4, 1), 0)):
-    bm, bn, warps, stages = launch
-    for causal in (False, True):
-        c = dict(CAUSAL=causal, MODE=mode, BM=bm, BN=bn, BD=128, BDV=64)
-        ptx = _compile(_index_softmax_kernel, sig, c, warps, num_stages=stages)
-        lines = [ln.strip() for ln in ptx.splitlines()]
-        mma = [s.split()[0] for s in lines if re.match(r"(wg)?mma\\.(sync|mma_async)", s)]
-        rep.append({"c": c, "bad": [s for s in lines if FORBIDDEN.search(s)][:5],
-                    "div": sorted(set(re.findall(r"\\bdiv\\.[a-z0-9.]+", ptx))),
-                    "mma": sorted(set(mma)), "n_mma": len(mma),
-                    "cvt_f32": sorted(set(re.findall(r"\\bcvt\\.[a-z]*\\.?f32\\.f64\\b", ptx)))})
-print(json.dumps(rep))
-"""
-
-
-def test_index_softmax_kernel_compiles_to_clean_ptx():
-    """The fused ``index_softmax_only`` kernel (causal or not, both index roundings, its launch
-    setting and another): nothing forbidden (no FMA of either width, no approximate or
-    flushing arithmetic); the float32 divisions (``fp32(dd nb) / c`` and ``LUT[idx] / z``)
-    ``div.rn.f32`` only; the score and ``P v`` GEMMs on float64 tensor cores (``mma`` with
-    float64 operands and accumulator: products of float32 values are exact, the order is the
-    hardware's, not pinned) and no other float tensor-core product; float64 -> float32 by
-    ``cvt.rn``."""
-    rep = _ptx_report(_IS_SCRIPT)
-    assert len(rep) == 6
-    for r in rep:
-        assert r["bad"] == [], r
-        assert r["div"] == ["div.rn.f32"], r
-        assert r["mma"] and all(m.endswith(".f64.f64.f64.f64") for m in r["mma"]), r
-        assert r["n_mma"] >= 4, r
-        assert r["cvt_f32"] == ["cvt.rn.f32.f64"], r

@@ -29,10 +29,9 @@ the roundings) with the same IEEE operation:
   depends on the BLAS build) and cuBLAS's on the GPU; the float32 LUT softmax between them is
   exact.  A float64 sum differs between orders in its last bits only, which reaches a float32
   result when it lies within 2**-29 of a rounding boundary: measured agreement in
-  docs/design.md.  Calls without a mask run the same steps in one fused Triton kernel
-  (:mod:`lowprec.gpu.index_softmax_kernel`), whose two GEMMs are float64 ``tl.dot`` of
-  float32 values (float64 tensor cores on sm_90; NumPy per tile in Triton's interpreter): the
-  same unpinned order, the same exact LUT softmax.
+  docs/design.md.  (A fused Triton kernel with float64 ``tl.dot`` GEMMs was slower than
+  cuBLAS's float64 GEMMs here, 101 against 64 ms at (1, 32, 4096, 128) on the H100: this
+  scheme stays on torch operations; docs/design.md.)
 """
 
 from __future__ import annotations
@@ -63,7 +62,6 @@ from .device_rows import (
     float_output,
     float_scores,
     fused_kernels,
-    index_tensor,
     none_visible,
     out_rows,
     quantize_problem,
@@ -451,10 +449,8 @@ def index_softmax_rows(x, visible, lut_t, nb: int, cf32, mode: int):
 def index_softmax_only(dp: DeviceProblem, return_stats: bool, bits: int = BITS_DEFAULT,
                        c: float = C_DEFAULT, index_rounding: str = "floor"):
     """Scheme ``index_softmax_only`` on the device (``intattention._index_softmax_only``; the
-    module docstring says which steps are not pinned).  Calls without a mask (float32 values)
-    run the fused Triton kernel (:mod:`lowprec.gpu.index_softmax_kernel`, under
-    :func:`~.device_rows.fused_kernels`), the others torch operations per chunk of rows; the
-    statistic (``empty_rows``: the NaN rows) stays on the device
+    module docstring says which steps are not pinned).  Torch operations per chunk of rows;
+    the statistic (``empty_rows``: the NaN rows) stays on the device
     (:class:`~.device_rows.DeviceStats`: no read-back in the call)."""
     import torch
 
@@ -464,20 +460,17 @@ def index_softmax_only(dp: DeviceProblem, return_stats: bool, bits: int = BITS_D
     Lk = dp.Lk
     dev = dp.device
     nb = (1 << b) - 1
-    if dp.mask is None and dp.ft == torch.float32 and fused_kernels(dp):
-        out, nan_n = _index_softmax_fused(dp, b, cf, mode, nb)
-    else:
-        lut_t = torch.from_numpy(index_lut(b, cf).astype(np.int64)).to(dev)
-        cf32 = torch.tensor(float(np.float32(cf)), dtype=torch.float32, device=dev)
-        q64 = dp.q.double()
-        out = torch.empty((dp.B, dp.Lq, dp.dv), dtype=torch.float32, device=dev)
-        nan_n = torch.zeros(1, dtype=torch.int64, device=dev)
-        for g0, g1, r0, r1 in chunks(dp):
-            rm = dp.rows(g0, g1, r0, r1)
-            x = float_scores(dp, g0, g1, r0, r1, rm, q64)
-            P = index_softmax_rows(x, rm.visible(Lk, dp.causal), lut_t, nb, cf32, mode)
-            nan_n += torch.isnan(P[:, 0]).sum()
-            out[g0:g1, r0:r1] = float_output(P, dp, g0, g1)
+    lut_t = torch.from_numpy(index_lut(b, cf).astype(np.int64)).to(dev)
+    cf32 = torch.tensor(float(np.float32(cf)), dtype=torch.float32, device=dev)
+    q64 = dp.q.double()
+    out = torch.empty((dp.B, dp.Lq, dp.dv), dtype=torch.float32, device=dev)
+    nan_n = torch.zeros(1, dtype=torch.int64, device=dev)
+    for g0, g1, r0, r1 in chunks(dp):
+        rm = dp.rows(g0, g1, r0, r1)
+        x = float_scores(dp, g0, g1, r0, r1, rm, q64)
+        P = index_softmax_rows(x, rm.visible(Lk, dp.causal), lut_t, nb, cf32, mode)
+        nan_n += torch.isnan(P[:, 0]).sum()
+        out[g0:g1, r0:r1] = float_output(P, dp, g0, g1)
     if not return_stats:
         return out, None
     rows = dp.B * dp.Lq
@@ -486,25 +479,6 @@ def index_softmax_only(dp: DeviceProblem, return_stats: bool, bits: int = BITS_D
         return IntAttentionStats(calls=1, rows=rows, empty_rows=int(red[0]))
 
     return out, DeviceStats([nan_n], build)
-
-
-def _index_softmax_fused(dp: DeviceProblem, b: int, cf: float, mode: int, nb: int):
-    """:func:`index_softmax_only` by the fused kernel: ``(out, NaN rows)`` (an int64 ``(1,)``
-    device tensor)."""
-    import torch
-
-    from ..gpu.index_softmax_kernel import index_softmax_rows as fused_rows
-
-    dev = dp.device
-    lut = index_tensor(("index_softmax_lut", b, float(cf)),
-                       lambda: index_lut(b, cf).astype(np.int32), dev)
-    if dp.causal:  # the entries whose v holds a non-finite value (the kernel's VBAD)
-        vbad = (~torch.isfinite(dp.v)).flatten(1).any(dim=1).to(torch.int32)
-    else:
-        vbad = torch.zeros(1, dtype=torch.int32, device=dev)
-    out, nanf = fused_rows(dp.q, dp.k, dp.v, dp.kv, lut, vbad, dp.scale, cf, nb=nb, mode=mode,
-                           causal=dp.causal)
-    return out, nanf.sum(dtype=torch.int64).reshape(1)
 
 
 __all__ = ["intattention", "quant_only", "index_softmax_only", "index_rows",
