@@ -60,6 +60,12 @@ S6_E2E = S5_E2E_B
 S6_AUTHORS_IF = ("--lengths 4096,16384 --causal no --ours intflash,intflash:variant=half "
                  "--authors intfa_full,intfa_half --intfa-config 32,128,3,4")
 S6_AUTHORS_IA = S5_AUTHORS_IA  # bench_authors_s6_ia.json, then bench_authors_s6_ia2.json
+#: the session-7 commands (e2e_s7.json, e2e_s7b.json; schemes_s7_qo.json,
+#: schemes_s7_iso_fused.json)
+S7_E2E = "--lengths 2048 --compile --schemes hif8,intattention --repeat 9"
+S7_E2E_B = "--lengths 2048 --compile --schemes hif8,intattention,quant_only --repeat 9"
+S7_SCHEMES_QO = "--lengths 4096,16384 --schemes quant_only"
+S7_SCHEMES_ISO = "--lengths 4096,16384 --schemes index_softmax_only"
 
 
 def _load(name: str):
@@ -139,6 +145,15 @@ def e2e(rep: dict) -> str:
     for r in rep["results"]:
         lines.append(f"{r['tokens']:>6} {r['name']:32} {r['seconds']:8.4f} {r['ratio']:7.2f}x")
     return "\n".join(lines)
+
+
+def schemes(rows: list) -> str:
+    """``bench_gpu_schemes.py``'s rows: the whole call's milliseconds against SDPA."""
+    out = [f"{'scheme':22} {'L':>6} {'causal':>6} {'ms':>9} {'SDPA fp32':>9} {'x fp32':>7}"]
+    for r in rows:
+        out.append(f"{r['scheme']:22} {r['L']:>6} {str(r['causal']):>6} {r['ms']:9.3f} "
+                   f"{r['sdpa_fp32']:9.3f} {r['x_fp32']:6.2f}x")
+    return "\n".join(out)
 
 
 def authors(lines_json: list) -> str:
@@ -254,6 +269,23 @@ def document() -> str:
             "EXAQ and HCCS on SmolLM2's own calls, device against CPU: "
             "`scripts/gpu_model_agreement.py --tokens 4096 --schemes exaq,hccs`:", "",
             "```", agreement(_load("agree_s6.json")), "```", ""]
+    out += ["## Session 7: the engine call's statistics kernel, fused `quant_only`", "",
+            "After the statistics of an engine call without a mask moved into one kernel "
+            "(docs/design.md, \"Session 7 measurements\"): `benchmarks/bench_gpu_emulate.py "
+            + S7_E2E + "`:", "",
+            "```", e2e(_load("e2e_s7.json")), "```", "",
+            "After the reused causal verdicts' device check and `quant_only`'s fused kernel "
+            "(another machine): `benchmarks/bench_gpu_emulate.py " + S7_E2E_B + "`:", "",
+            "```", e2e(_load("e2e_s7b.json")), "```", "",
+            "`quant_only`'s fused kernel (its first launch setting, one pipeline stage; 3 "
+            "stages later took 6.60 / 4.33 ms at 4096): `benchmarks/bench_gpu_schemes.py "
+            + S7_SCHEMES_QO + "`:", "",
+            "```", schemes(_load("schemes_s7_qo.json")["rows"]), "```", "",
+            "A fused `index_softmax_only` kernel (float64 `tl.dot` GEMMs, default launch), "
+            "measured and then removed as slower than the torch path (64 ms at 4096): "
+            "`benchmarks/bench_gpu_schemes.py " + S7_SCHEMES_ISO + "` (the 16384 causal row "
+            "was not reached in the time given):", "",
+            "```", schemes(_load("schemes_s7_iso_fused.json")["rows"]), "```", ""]
     return "\n".join(out)
 
 

@@ -174,6 +174,40 @@ def test_fused_call_stats_noisy_nonfinite_dead_rows(monkeypatch):
     assert n_f == n_t == 4 * (48 - 36) and torch.equal(none_f, none_t)
 
 
+def test_checked_call_signatures_are_reused():
+    """A call like an earlier one (scheme, shapes, dtypes, scale, causal, gqa, options) skips
+    its checks and gives the same bits; a call that differs in any of them is checked again:
+    ``causal=1`` (an int) still raises although ``causal=True`` passed, an invalid option is
+    not remembered, nor is a call with an unhashable option value."""
+    from lowprec.kernels import device as dmod
+
+    dmod._SETUPS.clear()
+    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=24, Lk=24, kind="bf16", seed=12)
+    s = lp.kernels.get_scheme("baps")
+    opts = {"config": "e2e_hif8", "block_q": 8, "block_k": 8}
+    with on_device():
+        a, sa = attention_device(s, dev(q), dev(k), dev(v), causal=True, options=opts,
+                                 return_stats=True)
+        assert len(dmod._SETUPS) == 1
+        b, sb = attention_device(s, dev(q), dev(k), dev(v), causal=True, options=opts,
+                                 return_stats=True)
+        assert len(dmod._SETUPS) == 1
+        with pytest.raises(TypeError, match="causal must be a bool"):
+            attention_device(s, dev(q), dev(k), dev(v), causal=1, options=opts)
+        with pytest.raises(ValueError, match="tau must be"):
+            attention_device(s, dev(q), dev(k), dev(v), causal=True,
+                             options={**opts, "tau": -1})
+        attention_device(s, dev(q), dev(k), dev(v), causal=True,
+                         options={**opts, "critical": [1, 0], "config": "e2e_hif8"})
+        assert len(dmod._SETUPS) == 2  # (a list option: frozen into the key)
+        assert dmod._setup_key(s, q, k, v, None, True, False, {"x": {}}) is None
+    assert_same_out(a.cpu(), b)
+    assert_same_stats(sa, sb)
+    ref = lp.attention(q, k, v, "baps", causal=True, return_stats=True, **opts)
+    assert_same_out(ref[0], a)
+    assert_same_stats(ref[1], sa)
+
+
 def test_lead_broadcast_and_2d_inputs():
     """k/v with one head broadcast over the query heads (read by index), q without a batch dim
     broadcast against k's; 2-d inputs."""
