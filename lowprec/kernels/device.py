@@ -324,8 +324,9 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
     hit = _SETUPS.get(key) if key is not None else None
     if hit is not None:  # the checks below passed for this call signature before
         lead, sc, setup = hit
-        return _attention_engine(s, q, k, v, lead, sc, setup, causal, attn_mask,
-                                 return_stats, options, gqa, with_empty, defer)
+        masks = _mask_planes(attn_mask, lead, q.shape[-2], k.shape[-2], dev)
+        return _attention_engine(s, q, k, v, lead, sc, setup, causal, masks, return_stats,
+                                 options, gqa, with_empty, defer)
     qa, ka, va = _standin(q, "q"), _standin(k, "k"), _standin(v, "v")
     if gqa:  # validate as SDPA's repeat would leave them: key/value heads = query heads
         if q.dim() < 3 or k.dim() < 3 or v.dim() < 3:  # the messages of sdpa.repeat_kv
@@ -340,10 +341,10 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
     Lq, d = q.shape[-2:]
     Lk, dv = v.shape[-2:]
     B = int(np.prod(lead, dtype=np.int64))
+    masks = _mask_planes(attn_mask, lead, Lq, Lk, dev)  # (its errors before the options')
     if s.engine is None:  # (its checks read back in the call; its statistics may be deferred)
-        planes, mmap, bad = _mask_planes(attn_mask, lead, Lq, Lk, dev)
-        return _attention_rows(s, q, k, v, lead, sc, bool(causal), planes, mmap, bad,
-                               return_stats, options, gqa, with_empty, defer)
+        return _attention_rows(s, q, k, v, lead, sc, bool(causal), *masks, return_stats,
+                               options, gqa, with_empty, defer)
     if B == 0 or Lq == 0 or Lk == 0 or dv == 0:
         _validate_options(s, SimpleNamespace(d=d, q=np.zeros(0, np.float32), scale=sc,
                                              in_dtype=np.float32), options)
@@ -354,7 +355,7 @@ def attention_device(s, q, k, v, *, scale=None, causal=False, attn_mask=None,
             if len(_SETUPS) >= _SETUPS_MAX:
                 _SETUPS.clear()
             _SETUPS[key] = (lead, sc, setup)
-    return _attention_engine(s, q, k, v, lead, sc, setup, causal, attn_mask, return_stats,
+    return _attention_engine(s, q, k, v, lead, sc, setup, causal, masks, return_stats,
                              options, gqa, with_empty, defer)
 
 
@@ -386,10 +387,10 @@ def _setup_key(s, q, k, v, scale, causal, gqa, options):
     return key
 
 
-def _attention_engine(s, q, k, v, lead, sc, setup, causal, attn_mask, return_stats, options,
+def _attention_engine(s, q, k, v, lead, sc, setup, causal, masks, return_stats, options,
                       gqa, with_empty, defer):
     """:func:`attention_device` for a scheme of the GPU engine after its checks (``setup``:
-    the engine setup, None for an empty call)."""
+    the engine setup, None for an empty call; ``masks``: :func:`_mask_planes`' result)."""
     import torch
 
     from . import _empty_stats
@@ -399,7 +400,7 @@ def _attention_engine(s, q, k, v, lead, sc, setup, causal, attn_mask, return_sta
     Lq, d = q.shape[-2:]
     Lk, dv = v.shape[-2:]
     B = int(np.prod(lead, dtype=np.int64))
-    planes, mmap, bad = _mask_planes(attn_mask, lead, Lq, Lk, dev)
+    planes, mmap, bad = masks
     empty = setup is None
     if not empty:
         cfg, bq, bk, rnd = setup
