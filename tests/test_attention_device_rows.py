@@ -302,6 +302,50 @@ def test_index_softmax_only_options_and_nonfinite(opts):
     assert st.nonfinite_rows > 0
 
 
+@pytest.mark.parametrize("scheme,opts", [
+    ("intattention", {}),  # noise model "int8_tensor"
+    ("intattention", {"granularity": "per_block", "block": 16}),  # "int8_entry"
+    ("quant_only", {"scale_scope": "tensor"}),  # "int8_tensor", the whole tensors' scales
+    ("index_softmax_only", {}),  # no noise model; an Inf in v: non-finite rows
+])
+def test_shared_counters_fused(scheme, opts, monkeypatch):
+    """The counters every row-wise scheme shares (non-finite, noisy and no-key rows) of a call
+    without a mask come from one kernel (``lowprec.gpu.callstats.rows_counts``): equal to the
+    CPU's and to the torch operations' (the path masked calls take) on calls where they are
+    neither 0 nor full: rows of growing size so that some are noisy and some not, causal
+    Lq > Lk (rows that see no key), GQA by index."""
+    import lowprec.gpu.callstats as cs
+    from lowprec.kernels import device as dmod
+
+    g = torch.Generator().manual_seed(80)
+    q = torch.randn(1, 4, 48, 16, generator=g) * torch.linspace(0.01, 2.0, 48)[:, None]
+    k = torch.randn(1, 2, 40, 16, generator=g) * 30.0
+    v = torch.randn(1, 2, 40, 16, generator=g)
+    if scheme == "index_softmax_only":
+        v[0, 1, 5, 3] = torch.inf
+    calls = []
+    real = cs.rows_counts
+    monkeypatch.setattr(cs, "rows_counts", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    ref = both(q, k, v, scheme, causal=True, **opts)[1]
+    assert calls
+    if scheme == "index_softmax_only":
+        assert 0 < ref.nonfinite_rows < 4 * 40 and ref.empty_rows == 4 * 8
+    else:
+        assert 0 < ref.noisy_rows < 4 * 40 and ref.empty_rows == 4 * 8
+    s = get_scheme(scheme)
+    with on_device():
+        a = attention_device(s, dev(q), dev(k), dev(v), causal=True, return_stats=True,
+                             options=opts, gqa=True, with_empty=True)
+        n = len(calls)
+        monkeypatch.setattr(dmod, "_fused_stats", lambda d: False)
+        b = attention_device(s, dev(q), dev(k), dev(v), causal=True, return_stats=True,
+                             options=opts, gqa=True, with_empty=True)
+    assert len(calls) == n
+    same_stats(a[1], ref)
+    same_stats(b[1], ref)
+    assert a[3] == b[3] == 4 * 8
+
+
 IS_CASES = [  # (qkv arguments, call options)
     (dict(), {}),  # GQA (4 query heads on 2 stored ones), 2 sequences
     (dict(Z=1, Hq=2, Hkv=2, Lq=70, Lk=100, d=24, dv=40), dict(causal=True)),  # partial tiles

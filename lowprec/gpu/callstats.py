@@ -119,6 +119,126 @@ def _call_stats_kernel(Q, K, OUT, FLAGS, RR, PACK, sqz, sqh, sqm, sqd, skz, skh,
     tl.store(PACK + o_cnt + 2 * B + b, tl.sum(nokey, axis=0).to(tl.int64))
 
 
+_ROWS_SHAPES = ["B", "Lq", "Lk", "d", "dv", "shift", "causal", "part_rows", "o_cnt", "s_lo",
+                "s_hi", "n_lo", "n_hi"]
+
+
+@triton.jit(do_not_specialize=_ROWS_SHAPES)
+def _rows_counts_kernel(Q, K, KV, TOP, OUT, PACK, B, Lq, Lk, d, dv, shift, causal, part_rows,
+                        o_cnt, s_lo, s_hi, n_lo, n_hi, NOISE: tl.constexpr,
+                        TENSOR: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
+                        BDV: tl.constexpr):
+    """Entry ``b = program_id`` of a row-wise scheme's call without a mask:
+    ``PACK[o_cnt + c * B + b]`` the counters ``c`` = 0 non-finite, 1 noisy, 2 no key.  ``Q``
+    ``(B, Lq, d)``, ``K`` ``(Bk, Lk, d)`` C-contiguous in their stored dtype, ``KV`` int64
+    ``(B,)`` each entry's key entry, ``TOP`` float64 ``(2,)`` the largest ``|q|`` and ``|k|``
+    the ``"int8_tensor"`` model's scales come from (read for ``TENSOR``; else the entry's own
+    maxima, the ``"int8_entry"`` model's, over the rows that see a key when ``part_rows``);
+    ``OUT`` float32 ``(B, Lq, dv)``."""
+    scale_abs = _f64(s_lo, s_hi)
+    noise_nats = _f64(n_lo, n_hi)
+    b = tl.program_id(0)
+    b64 = b.to(tl.int64)
+    offs_m = tl.arange(0, BM)
+    offs_d = tl.arange(0, BD)
+    dok = offs_d < d
+    qb = Q + b64 * Lq * d
+    kb = K + tl.load(KV + b) * Lk * d
+    k2sum = 0.0
+    sq = 0.0
+    sk = 0.0
+    if NOISE:
+        # E_j[k_jd**2] per d (every key takes part), then their sum; the entry's max |k|
+        k2 = tl.zeros([BD], dtype=tl.float64)
+        ak = tl.zeros([BM, BD], dtype=tl.float64)
+        for j0 in range(0, Lk, BM):
+            j = j0 + offs_m
+            kt = tl.load(kb + j[:, None].to(tl.int64) * d + offs_d[None, :],
+                         mask=(j[:, None] < Lk) & dok[None, :], other=0.0).to(tl.float64)
+            k2 += tl.sum(kt * kt, axis=0)
+            ak = tl.maximum(ak, tl.abs(kt))
+        k2sum = tl.sum(k2 / Lk, axis=0)
+        if TENSOR:
+            sq = tl.load(TOP) / 127.0
+            sk = tl.load(TOP + 1) / 127.0
+        else:
+            aq = tl.zeros([BM, BD], dtype=tl.float64)
+            for i0 in range(0, Lq, BM):
+                i = i0 + offs_m
+                rin = (i < Lq) & ((part_rows == 0) | (i + shift >= 0))
+                qt = tl.load(qb + i[:, None].to(tl.int64) * d + offs_d[None, :],
+                             mask=rin[:, None] & dok[None, :], other=0.0).to(tl.float64)
+                aq = tl.maximum(aq, tl.abs(qt))
+            sq = tl.max(tl.max(aq, axis=1), axis=0) / 127.0
+            sk = tl.max(tl.max(ak, axis=1), axis=0) / 127.0
+    offs_v = tl.arange(0, BDV)
+    ob = OUT + b64 * Lq * dv
+    nonfin = tl.zeros([BM], dtype=tl.int32)
+    noisy = tl.zeros([BM], dtype=tl.int32)
+    nokey = tl.zeros([BM], dtype=tl.int32)
+    for i0 in range(0, Lq, BM):
+        i = i0 + offs_m
+        iok = i < Lq
+        if causal != 0:
+            sees = iok & (i + shift >= 0)
+        else:
+            sees = iok
+        nokey += (iok & ~sees).to(tl.int32)
+        o = tl.load(ob + i[:, None].to(tl.int64) * dv + offs_v[None, :],
+                    mask=iok[:, None] & (offs_v[None, :] < dv), other=0.0)
+        bad = tl.sum((~(tl.abs(o) < _INF)).to(tl.int32), axis=1)
+        nonfin += (sees & (bad > 0)).to(tl.int32)
+        if NOISE:
+            qt = tl.load(qb + i[:, None].to(tl.int64) * d + offs_d[None, :],
+                         mask=iok[:, None] & dok[None, :], other=0.0).to(tl.float64)
+            qsq = tl.sum(qt * qt, axis=1)
+            var = (qsq * sk * sk + k2sum * sq * sq) / 12.0
+            est = tl.sqrt(var) * scale_abs  # float64: sqrt.rn.f64 (the PTX test)
+            noisy += (sees & ~(est <= noise_nats)).to(tl.int32)
+    tl.store(PACK + o_cnt + b, tl.sum(nonfin, axis=0).to(tl.int64))
+    tl.store(PACK + o_cnt + B + b, tl.sum(noisy, axis=0).to(tl.int64))
+    tl.store(PACK + o_cnt + 2 * B + b, tl.sum(nokey, axis=0).to(tl.int64))
+
+
+def rows_counts(q_in, k_in, kv, top, out, *, scale: float, causal: bool, model,
+                part_rows: bool, noise_nats: float):
+    """The counters every row-wise scheme shares, for a call without a mask
+    (:func:`lowprec.kernels.device._rows_counts`): int64 ``(3 * B,)`` on the device, per
+    entry the non-finite rows (among those that see a key), the noisy rows (``model``
+    ``"int8_tensor"`` or ``"int8_entry"`` of :func:`lowprec.kernels.problem.logit_noise`, or
+    None: 0) and the rows that see no key.
+
+    Args:
+        q_in: ``(B, Lq, d)``, k_in: ``(Bk, Lk, d)`` in their stored dtype (bfloat16, float16,
+            float32, float64), contiguous; kv: int64 ``(B,)``; top: float64 ``(2,)`` or more,
+            the largest ``|q|`` and ``|k|`` of ``"int8_tensor"``'s scales (over the rows that
+            take part); out: float32 ``(B, Lq, dv)`` contiguous.
+        part_rows: the estimate leaves the rows that see no key out (its ``parts``: causal
+            with ``Lq > Lk``, scales of the visible rows): ``"int8_entry"``'s maxima are taken
+            over the other rows (their own estimate is never counted either way).
+    """
+    import torch
+
+    B, Lq, d = q_in.shape
+    Lk, dv = k_in.shape[1], out.shape[2]
+    pack = torch.empty(3 * B, dtype=torch.int64, device=out.device)
+    if B == 0:
+        return pack
+    if model not in (None, "int8_tensor", "int8_entry"):  # pragma: no cover - caller checks
+        raise ValueError(f"noise model {model!r}: not in the fused counters")
+    bd = max(16, triton.next_power_of_2(d))
+    bdv = max(16, triton.next_power_of_2(dv))
+    bm = 64 if not interpreting() else max(16, min(1024, triton.next_power_of_2(max(Lq, Lk))))
+    with device_guard(out):
+        _rows_counts_kernel[(B,)](
+            q_in, k_in, kv, top, out, pack, B, Lq, Lk, d, dv, Lk - Lq, int(bool(causal)),
+            int(bool(part_rows)), 0,
+            *_bits64(abs(float(scale))), *_bits64(float(noise_nats)),
+            NOISE=model is not None, TENSOR=model == "int8_tensor", BM=bm, BD=bd, BDV=bdv,
+            num_warps=4, **LAUNCH_OPTS)
+    return pack
+
+
 def _bits64(x: float) -> tuple[int, int]:
     """A float64 as the int32 halves of its bit pattern (:func:`_f64` joins them)."""
     return halves(struct.unpack("<q", struct.pack("<d", x))[0])
@@ -167,4 +287,4 @@ def call_stats(q4, k4, out, flags, rr, *, scale: float, causal: bool, noise: boo
     return pack
 
 
-__all__ = ["call_stats"]
+__all__ = ["call_stats", "rows_counts"]

@@ -651,6 +651,38 @@ def _rows_counts(s, dp, stats, out, none, floored: int, options, causal: bool):
     later = isinstance(stats, DeviceStats)  # (built from the read-back)
     parts = list(stats.counts) if later else []
     base = sum(t.numel() for t in parts)
+    model = s.noise(options) if s.noise is not None else None
+    whole = options.get("scale_scope") == "tensor"
+    if dp.mask is None and B and Lq and Lk and model in (None, "int8_tensor", "int8_entry") \
+            and _fused_stats(dp.device):
+        # one kernel (lowprec.gpu.callstats.rows_counts): per entry the non-finite, noisy and
+        # no-key rows. Without a mask every key takes part; the rows that see no key (causal,
+        # Lq > Lk) are left out of the estimate's scales unless they see the whole tensors
+        from ..gpu.callstats import rows_counts
+        from .device_rows import index_tensor
+
+        part_rows = causal and not dp.all_take_part and not whole
+        if model != "int8_tensor":
+            top = index_tensor(("zeros3",), lambda: np.zeros(3), dp.device)  # (not read)
+        elif part_rows:  # (the first Lq - Lk rows see no key)
+            top = torch.stack([dp.row_max("q")[:, Lq - Lk:].amax(), dp.tensor_max()[1]])
+        else:
+            top = dp.tensor_max()
+        parts.append(rows_counts(dp.q_in, dp.k_in, dp.kv, top, out.contiguous(),
+                                 scale=dp.scale, causal=causal, model=model,
+                                 part_rows=part_rows, noise_nats=NOISE_NATS))
+        packed = torch.cat(parts) if len(parts) > 1 else parts[0]
+
+        def read_fused(host):
+            st = stats.build(host) if later else stats
+            c = host[base:base + 3 * B].reshape(3, B).sum(axis=1)
+            st.nonfinite_rows = int(c[0]) if dv else 0
+            st.mask_floored = floored
+            if s.noise is not None:
+                st.noisy_rows = int(c[1])
+            return st, int(c[2])
+
+        return packed, read_fused
     if dv:  # finite rows: |x| <= the dtype's largest finite value (False for NaN, +-inf)
         fin = (out.abs() <= torch.finfo(out.dtype).max).all(dim=-1)
         if none is None:  # (nonfinite = rows - finite rows)
@@ -661,8 +693,6 @@ def _rows_counts(s, dp, stats, out, none, floored: int, options, causal: bool):
         parts.append(none.sum(dtype=torch.int64).reshape(1))
     counted = False  # whether the noisy rows' count is packed
     if s.noise is not None:
-        model = s.noise(options)
-        whole = options.get("scale_scope") == "tensor"
         if model is not None and B and Lq and Lk:
             if model not in ("int8_tensor", "int8_entry", "int8_token"):  # pragma: no cover
                 raise NotImplementedError(f"noise model {model!r} on the device")
