@@ -60,7 +60,7 @@ S6_E2E = S5_E2E_B
 S6_AUTHORS_IF = ("--lengths 4096,16384 --causal no --ours intflash,intflash:variant=half "
                  "--authors intfa_full,intfa_half --intfa-config 32,128,3,4")
 S6_AUTHORS_IA = S5_AUTHORS_IA  # bench_authors_s6_ia.json, then bench_authors_s6_ia2.json
-#: the session-7 commands (e2e_s7.json, e2e_s7b.json, e2e_s7c.json, e2e_s7d.json;
+#: the session-7 commands (e2e_s7.json, e2e_s7b.json, e2e_s7c.json, e2e_s7d.json, e2e_s7e.json;
 #: schemes_s7_qo.json, schemes_s7_iso_fused.json)
 S7_E2E = "--lengths 2048 --compile --schemes hif8,intattention --repeat 9"
 S7_E2E_B = "--lengths 2048 --compile --schemes hif8,intattention,quant_only --repeat 9"
@@ -282,6 +282,9 @@ def document() -> str:
             "```", e2e(_load("e2e_s7c.json")), "```", "",
             "The same code on a fourth machine:", "",
             "```", e2e(_load("e2e_s7d.json")), "```", "",
+            "After the row-wise schemes' shared counters moved into one kernel (a fifth "
+            "machine):", "",
+            "```", e2e(_load("e2e_s7e.json")), "```", "",
             "`quant_only`'s fused kernel (its first launch setting, one pipeline stage; 3 "
             "stages later took 6.60 / 4.33 ms at 4096): `benchmarks/bench_gpu_schemes.py "
             + S7_SCHEMES_QO + "`:", "",
