@@ -164,7 +164,7 @@ def test_fused_call_stats_noisy_nonfinite_dead_rows(monkeypatch):
         _, st_f, none_f, n_f = attention_device(s, dev(q), dev(k), dev(v), causal=True,
                                                 gqa=True, options=opts, return_stats=True,
                                                 with_empty=True)
-        monkeypatch.setattr(dmod, "_fused_stats", lambda dev_: False)
+        monkeypatch.setattr(dmod, "_stats_kernels", lambda t: False)
         _, st_t, none_t, n_t = attention_device(s, dev(q), dev(k), dev(v), causal=True,
                                                 gqa=True, options=opts, return_stats=True,
                                                 with_empty=True)

@@ -337,7 +337,7 @@ def test_shared_counters_fused(scheme, opts, monkeypatch):
         a = attention_device(s, dev(q), dev(k), dev(v), causal=True, return_stats=True,
                              options=opts, gqa=True, with_empty=True)
         n = len(calls)
-        monkeypatch.setattr(dmod, "_fused_stats", lambda d: False)
+        monkeypatch.setattr(dmod, "_stats_kernels", lambda t: False)
         b = attention_device(s, dev(q), dev(k), dev(v), causal=True, return_stats=True,
                              options=opts, gqa=True, with_empty=True)
     assert len(calls) == n

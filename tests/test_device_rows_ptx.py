@@ -246,71 +246,49 @@ def test_intflash_kernel_compiles_to_clean_ptx():
         assert r["imma"] >= (1 if c["HALF"] else 2) and r["float_mma"] == [], r
 
 
-_CS_SCRIPT = """
+_STATS_SCRIPT = """
 import json, re, sys
 sys.path.insert(0, "scripts")
 from gpu_ptx_check import FORBIDDEN, _compile
-from lowprec.gpu.callstats import _call_stats_kernel, _SHAPES
+from lowprec.gpu.callstats import (_ROWS_SHAPES, _SHAPES, _call_stats_kernel,
+                                   _rows_counts_kernel)
+
+def scan(ptx, c):
+    return {"c": c, "bad": [ln.strip() for ln in ptx.splitlines() if FORBIDDEN.search(ln)][:5],
+            "sqrt": sorted(set(re.findall(r"\\bsqrt\\.[a-z0-9.]+", ptx))),
+            "div": sorted(set(re.findall(r"\\bdiv\\.[a-z0-9.]+", ptx)))}
+
 rep = []
+strides = ("sqz", "sqh", "sqm", "sqd", "skz", "skh", "skn", "skd")
 for x in ("*fp32", "*fp16", "*bf16"):
     for noise in (False, True):
         sig = {"Q": x, "K": x, "OUT": "*fp32", "FLAGS": "*i8", "RR": "*i32", "PACK": "*i64",
-               **{n: "i32" for n in ("sqz", "sqh", "sqm", "sqd", "skz", "skh", "skn", "skd")},
-               **{n: "i32" for n in _SHAPES}}
+               **{n: "i32" for n in strides + tuple(_SHAPES)}}
         ptx = _compile(_call_stats_kernel, sig,
                        {"NOISE": noise, "BM": 64, "BD": 64, "BDV": 64, "BF": 256}, 4)
-        rep.append({"c": [x, noise],
-                    "bad": [ln.strip() for ln in ptx.splitlines() if FORBIDDEN.search(ln)][:5],
-                    "sqrt": sorted(set(re.findall(r"\\bsqrt\\.[a-z0-9.]+", ptx))),
-                    "div": sorted(set(re.findall(r"\\bdiv\\.[a-z0-9.]+", ptx)))})
-print(json.dumps(rep))
-"""
-
-
-def test_call_stats_kernel_compiles_to_clean_ptx():
-    """The engine call's statistics kernel (``lowprec.gpu.callstats``) for each input dtype,
-    with and without the noise estimate: nothing forbidden, the float64 square root and
-    division IEEE (``sqrt.rn.f64``, ``div.rn.f64``) and only where the estimate is made."""
-    rep = _ptx_report(_CS_SCRIPT)
-    assert len(rep) == 6
-    for r in rep:
-        assert r["bad"] == [], r
-        noise = r["c"][1]
-        assert r["sqrt"] == (["sqrt.rn.f64"] if noise else []), r
-        assert set(r["div"]) <= {"div.rn.f64", "div.s32", "div.u32", "div.s64"}, r
-        assert ("div.rn.f64" in r["div"]) == noise, r
-
-
-_RC_SCRIPT = """
-import json, re, sys
-sys.path.insert(0, "scripts")
-from gpu_ptx_check import FORBIDDEN, _compile
-from lowprec.gpu.callstats import _rows_counts_kernel, _ROWS_SHAPES
-rep = []
+        rep.append(scan(ptx, ["call_stats", x, noise]))
 for x in ("*fp32", "*fp16", "*bf16", "*fp64"):
     for noise, tensor in ((False, False), (True, False), (True, True)):
         sig = {"Q": x, "K": x, "KV": "*i64", "TOP": "*fp64", "OUT": "*fp32", "PACK": "*i64",
                **{n: "i32" for n in _ROWS_SHAPES}}
         ptx = _compile(_rows_counts_kernel, sig,
                        {"NOISE": noise, "TENSOR": tensor, "BM": 64, "BD": 64, "BDV": 64}, 4)
-        rep.append({"c": [x, noise, tensor],
-                    "bad": [ln.strip() for ln in ptx.splitlines() if FORBIDDEN.search(ln)][:5],
-                    "sqrt": sorted(set(re.findall(r"\\bsqrt\\.[a-z0-9.]+", ptx))),
-                    "div": sorted(set(re.findall(r"\\bdiv\\.[a-z0-9.]+", ptx)))})
+        rep.append(scan(ptx, ["rows_counts", x, noise]))
 print(json.dumps(rep))
 """
 
 
-def test_rows_counts_kernel_compiles_to_clean_ptx():
-    """The row-wise schemes' shared counters kernel (``lowprec.gpu.callstats.rows_counts``)
-    for each stored dtype, without an estimate and with the entry's or the tensor's scales:
-    nothing forbidden, the float64 square root and divisions IEEE (``sqrt.rn.f64``,
-    ``div.rn.f64``), only where the estimate is made."""
-    rep = _ptx_report(_RC_SCRIPT)
-    assert len(rep) == 12
+def test_stats_kernels_compile_to_clean_ptx():
+    """The statistics kernels of ``lowprec.gpu.callstats``: the engine call's (each input
+    dtype, with and without the noise estimate) and the row-wise schemes' shared counters
+    (each stored dtype, without an estimate and with the entry's or the tensor's scales):
+    nothing forbidden, the float64 square root and division IEEE (``sqrt.rn.f64``,
+    ``div.rn.f64``) and only where the estimate is made."""
+    rep = _ptx_report(_STATS_SCRIPT)
+    assert [r["c"][0] for r in rep] == ["call_stats"] * 6 + ["rows_counts"] * 12
     for r in rep:
         assert r["bad"] == [], r
-        noise = r["c"][1]
+        noise = r["c"][2]
         assert r["sqrt"] == (["sqrt.rn.f64"] if noise else []), r
         assert set(r["div"]) <= {"div.rn.f64", "div.s32", "div.u32", "div.s64"}, r
         assert ("div.rn.f64" in r["div"]) == noise, r

@@ -42,6 +42,31 @@ def _f64(lo, hi):
     return ((hi.to(tl.int64) << 32) | (lo.to(tl.int64) & _LOW32)).to(tl.float64, bitcast=True)
 
 
+@triton.jit
+def _row_block(ob, i, Lq, dv, shift, causal, offs_v):
+    """Rows ``i`` of an entry's output ``ob`` (float32 ``(Lq, dv)``): ``(in range, sees a key,
+    no-key count, non-finite count)``; a row is non-finite when some ``|x| < inf`` fails (NaN
+    included: comparisons, no reduction that could drop it)."""
+    iok = i < Lq
+    if causal != 0:
+        sees = iok & (i + shift >= 0)
+    else:
+        sees = iok
+    o = tl.load(ob + i[:, None].to(tl.int64) * dv + offs_v[None, :],
+                mask=iok[:, None] & (offs_v[None, :] < dv), other=0.0)
+    bad = tl.sum((~(tl.abs(o) < _INF)).to(tl.int32), axis=1)
+    return iok, sees, (iok & ~sees).to(tl.int32), (sees & (bad > 0)).to(tl.int32)
+
+
+@triton.jit
+def _store_counts(PACK, o_cnt, B, b, nonfin, noisy, nokey):
+    """``PACK[o_cnt + c * B + b]`` = the entry's counters ``c`` = 0 non-finite, 1 noisy, 2 no
+    key (int64)."""
+    tl.store(PACK + o_cnt + b, tl.sum(nonfin, axis=0).to(tl.int64))
+    tl.store(PACK + o_cnt + B + b, tl.sum(noisy, axis=0).to(tl.int64))
+    tl.store(PACK + o_cnt + 2 * B + b, tl.sum(nokey, axis=0).to(tl.int64))
+
+
 _SHAPES = ["Hq", "G", "Lq", "Lk", "d", "dv", "nflag", "nrr", "shift", "causal", "o_rr", "o_cnt",
            "B", "c_lo", "c_hi", "s_lo", "s_hi", "n_lo", "n_hi"]
 
@@ -97,16 +122,9 @@ def _call_stats_kernel(Q, K, OUT, FLAGS, RR, PACK, sqz, sqh, sqm, sqd, skz, skh,
     nokey = tl.zeros([BM], dtype=tl.int32)
     for i0 in range(0, Lq, BM):
         i = i0 + offs_m
-        iok = i < Lq
-        if causal != 0:
-            sees = iok & (i + shift >= 0)
-        else:
-            sees = iok
-        nokey += (iok & ~sees).to(tl.int32)
-        o = tl.load(ob + i[:, None].to(tl.int64) * dv + offs_v[None, :],
-                    mask=iok[:, None] & (offs_v[None, :] < dv), other=0.0)
-        bad = tl.sum((~(tl.abs(o) < _INF)).to(tl.int32), axis=1)
-        nonfin += (sees & (bad > 0)).to(tl.int32)
+        iok, sees, nk, nf = _row_block(ob, i, Lq, dv, shift, causal, offs_v)
+        nokey += nk
+        nonfin += nf
         if NOISE:
             qt = tl.load(qb + i[:, None].to(tl.int64) * sqm + offs_d[None, :] * sqd,
                          mask=iok[:, None] & dok[None, :], other=0.0)
@@ -114,9 +132,7 @@ def _call_stats_kernel(Q, K, OUT, FLAGS, RR, PACK, sqz, sqh, sqm, sqd, skz, skh,
             var = step2x2 * tl.sum((qf * qf) * k2[None, :], axis=1)
             est = tl.sqrt(var) * scale_abs  # float64: sqrt.rn.f64 (the PTX test)
             noisy += (sees & ~(est <= noise_nats)).to(tl.int32)
-    tl.store(PACK + o_cnt + b, tl.sum(nonfin, axis=0).to(tl.int64))
-    tl.store(PACK + o_cnt + B + b, tl.sum(noisy, axis=0).to(tl.int64))
-    tl.store(PACK + o_cnt + 2 * B + b, tl.sum(nokey, axis=0).to(tl.int64))
+    _store_counts(PACK, o_cnt, B, b, nonfin, noisy, nokey)
 
 
 _ROWS_SHAPES = ["B", "Lq", "Lk", "d", "dv", "shift", "causal", "part_rows", "o_cnt", "s_lo",
@@ -178,16 +194,9 @@ def _rows_counts_kernel(Q, K, KV, TOP, OUT, PACK, B, Lq, Lk, d, dv, shift, causa
     nokey = tl.zeros([BM], dtype=tl.int32)
     for i0 in range(0, Lq, BM):
         i = i0 + offs_m
-        iok = i < Lq
-        if causal != 0:
-            sees = iok & (i + shift >= 0)
-        else:
-            sees = iok
-        nokey += (iok & ~sees).to(tl.int32)
-        o = tl.load(ob + i[:, None].to(tl.int64) * dv + offs_v[None, :],
-                    mask=iok[:, None] & (offs_v[None, :] < dv), other=0.0)
-        bad = tl.sum((~(tl.abs(o) < _INF)).to(tl.int32), axis=1)
-        nonfin += (sees & (bad > 0)).to(tl.int32)
+        iok, sees, nk, nf = _row_block(ob, i, Lq, dv, shift, causal, offs_v)
+        nokey += nk
+        nonfin += nf
         if NOISE:
             qt = tl.load(qb + i[:, None].to(tl.int64) * d + offs_d[None, :],
                          mask=iok[:, None] & dok[None, :], other=0.0).to(tl.float64)
@@ -195,9 +204,7 @@ def _rows_counts_kernel(Q, K, KV, TOP, OUT, PACK, B, Lq, Lk, d, dv, shift, causa
             var = (qsq * sk * sk + k2sum * sq * sq) / 12.0
             est = tl.sqrt(var) * scale_abs  # float64: sqrt.rn.f64 (the PTX test)
             noisy += (sees & ~(est <= noise_nats)).to(tl.int32)
-    tl.store(PACK + o_cnt + b, tl.sum(nonfin, axis=0).to(tl.int64))
-    tl.store(PACK + o_cnt + B + b, tl.sum(noisy, axis=0).to(tl.int64))
-    tl.store(PACK + o_cnt + 2 * B + b, tl.sum(nokey, axis=0).to(tl.int64))
+    _store_counts(PACK, o_cnt, B, b, nonfin, noisy, nokey)
 
 
 def rows_counts(q_in, k_in, kv, top, out, *, scale: float, causal: bool, model,

@@ -240,14 +240,13 @@ def _check_noise_model(model) -> None:
         raise NotImplementedError(f"noise model {model!r} on the device")
 
 
-def _fused_stats(dev) -> bool:
-    """Whether :func:`lowprec.gpu.callstats.call_stats` builds a call's statistics: CUDA
-    tensors, or CPU tensors under Triton's interpreter (where the engine itself runs)."""
-    if dev.type == "cuda":
-        return True
-    from ..gpu._launch import interpreting
+def _stats_kernels(t) -> bool:
+    """Whether the statistics kernels (:mod:`lowprec.gpu.callstats`) take a call whose output
+    is ``t``: the rule of the other one-pass kernels (``device_rows._kernels_run``: CUDA, or
+    CPU tensors under Triton's interpreter)."""
+    from .device_rows import _kernels_run
 
-    return dev.type == "cpu" and interpreting()
+    return _kernels_run(t)
 
 
 class Pending:
@@ -422,7 +421,7 @@ def _attention_engine(s, q, k, v, lead, sc, setup, causal, masks, return_stats, 
         out = out.reshape(B, Lq, dv)
     # the statistics of a call without a mask in one kernel (lowprec.gpu.callstats): its
     # counters come per entry (C = B values each), the torch operations' below as totals
-    fused = return_stats and planes is None and not empty and dv > 0 and _fused_stats(dev)
+    fused = return_stats and planes is None and not empty and dv > 0 and _stats_kernels(out)
     C = B if fused else 1
     vis = _visibility(planes, mmap_t, Lq, Lk, bool(causal), dev)
     none = _no_key_rows(vis, mmap_t, B, Lq, Lk, bool(causal), dev)
@@ -654,7 +653,7 @@ def _rows_counts(s, dp, stats, out, none, floored: int, options, causal: bool):
     model = s.noise(options) if s.noise is not None else None
     whole = options.get("scale_scope") == "tensor"
     if dp.mask is None and B and Lq and Lk and model in (None, "int8_tensor", "int8_entry") \
-            and _fused_stats(dp.device):
+            and _stats_kernels(out):
         # one kernel (lowprec.gpu.callstats.rows_counts): per entry the non-finite, noisy and
         # no-key rows. Without a mask every key takes part; the rows that see no key (causal,
         # Lq > Lk) are left out of the estimate's scales unless they see the whole tensors

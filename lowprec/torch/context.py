@@ -228,7 +228,6 @@ class Emulation:
         self._deferred: list = []           # device calls whose statistics are on their way
         self._last_mask = None              # (weakref, version, is causal) of the last mask
         self._mask_checks: list = []        # (device bool, call index): reused verdicts' checks
-        self._trils: dict = {}              # (L, device) -> the boolean lower triangle
         self._names: dict[int, str] = {}     # id(module) -> qualified name
         self._qsel: set[int] = set()        # ids of the selected nn.Linear modules
         self._wcache: dict[int, tuple] = {}  # id(module) -> (param, version, quantized weight)
@@ -652,11 +651,9 @@ class Emulation:
         except RuntimeError:  # an inference tensor keeps no version counter: no caching
             version = None
         last = self._last_mask
-        key = (Lq, str(mask.device))
-        tril = self._trils.get(key)
-        if tril is None:
-            tril = self._trils[key] = torch.ones(Lq, Lk, dtype=torch.bool,
-                                                 device=mask.device).tril()
+        from ..kernels.device_rows import index_tensor
+
+        tril = index_tensor(("tril", Lq), lambda: np.tri(Lq, dtype=np.bool_), mask.device)
         if self.mask_cache and version is not None and last is not None and \
                 last[0]() is mask and last[1] == version:
             if last[2]:  # checked on the device, read with the deferred statistics (_flush)
