@@ -4,6 +4,9 @@ statistics."""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from conftest import normal_qkv, rel_err, structured_qkv
@@ -23,6 +26,38 @@ def test_exaq_softmax_matches_reference(bits):
     # at most 2**bits distinct probabilities per row
     assert all(len(np.unique(r)) <= 2**bits for r in got)
     np.testing.assert_array_equal(lp.softmax(x, "exaq", bits=bits), got)
+
+
+def _sigma_oracle(x):
+    """sigma from the exact sums of the max-centred float32 scores (Python fractions), each
+    sum rounded once to float64, then the scheme's float64 formula."""
+    xc = (x.astype(np.float64) - x.max(axis=1, keepdims=True)).astype(np.float32)
+    vals = [Fraction(float(v)) for v in xc.astype(np.float64).ravel()]
+    n = float(len(vals))
+    s1, s2 = float(sum(vals)), float(sum(v * v for v in vals))
+    mean = s1 / n
+    var = s2 / n - mean * mean
+    return math.sqrt(var) if var > 0 else 0.0
+
+
+def test_exaq_sigma_exact_sums_any_order():
+    """sigma's sums are the exactly rounded ones (a Python-fractions oracle) over scores of
+    very different sizes (rows scaled from 1e-30 to 1e30, float32 subnormal differences), and
+    the same bits for any order of the rows and keys (what lets a GPU compute them in
+    parallel: lowprec.kernels.exaq_device)."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((40, 33)) * np.exp(rng.uniform(-69, 69, (40, 1)))).astype(np.float32)
+    x[5] = np.float32(1e-44) * np.arange(33, dtype=np.float32)  # subnormal scores
+    sigma = ex.exaq_softmax(x, return_stats=True)[1].exaq_clip[0][0]
+    assert sigma == _sigma_oracle(x)
+    for seed in range(3):
+        r = np.random.default_rng(seed)
+        p = np.ascontiguousarray(x[r.permutation(40)][:, r.permutation(33)])
+        assert ex.exaq_softmax(p, return_stats=True)[1].exaq_clip[0][0] == sigma
+    # a difference beyond float32's range: xc = -inf, sigma NaN, the fallback clip
+    y = np.array([[3e38, -3e38, 0.0]], dtype=np.float32)
+    sg, cval, _ = ex.exaq_softmax(y, return_stats=True)[1].exaq_clip[0]
+    assert math.isnan(sg) and cval == ex.EXAQ_C_FALLBACK
 
 
 def test_exaq_error_falls_with_bits():

@@ -2,7 +2,8 @@
 section 3, the IntAttention paper's EXAQ baseline; seed ``exaq`` section 2.3, Table 1).
 
 Per call: the scores ``x = fp32(s - rowmax)`` of every visible key are max-centred, their
-population standard deviation ``sigma`` (float64 sums, in row-major order) gives the clipping
+population standard deviation ``sigma`` (from the sum and the sum of squares rounded once to
+float64 from their exact values: :func:`exact_moments`) gives the clipping
 value ``C = a sigma + b`` (:func:`exaq_clip`, ``(a, b)`` per bit width from EXAQ Table 1), and
 ``x`` is clipped to ``[lo, 0]`` (``lo = max(C, min x)``) and quantised to ``2**bits`` levels
 ``lo + q delta`` with ``delta = -lo / (2**bits - 1)`` and ``q = RNE((x - lo) / delta)``
@@ -74,12 +75,24 @@ def _row_maxes(x, lim, vis, has_vis, m):
         m[r] = row_max(x, r, min(lim[r], L - 1), vis, has_vis)
 
 
+#: bins of the exact moment sums (:func:`exact_moments`): a float32 magnitude ``y = M
+#: 2**(i - 149)`` (``M < 2**24`` an integer) goes to bin ``i`` (0 for subnormals and the
+#: smallest binade, else its biased exponent minus one)
+N_BINS = 256
+#: rows of the bins: ``M``, ``hi * hi``, ``hi * lo``, ``lo * lo`` (``M = hi 2**12 + lo``): each
+#: term below 2**24, so an int64 bin holds 2**39 of them exactly
+_SPLIT = 12
+
+
 @jit
-def _exaq_accumulate(x, m, lim, vis, has_vis, acc):
-    """The sums of :func:`_exaq_moments`, in one sequential pass (their order is part of the
-    result)."""
+def _exaq_accumulate(x, m, lim, vis, has_vis, acc, bins):
+    """The terms of :func:`exact_moments` of the max-centred visible finite scores: ``acc``
+    (3,) float64 ``[count, infinite count, min]`` and ``bins`` (4, :data:`N_BINS`) int64
+    integer sums of each ``|xc|``'s significand by binade (exact: any order gives the same
+    values)."""
     N, L = x.shape
-    n, s1, s2, mn = acc[0], acc[1], acc[2], acc[3]  # in registers: same sums, same order
+    n, ninf, mn = acc[0], acc[1], acc[2]
+    low = (1 << _SPLIT) - 1
     for r in range(N):
         mr = m[r]
         if mr == -np.inf or mr != mr or mr == np.inf:
@@ -92,11 +105,22 @@ def _exaq_accumulate(x, m, lim, vis, has_vis, acc):
                 continue
             xc = np.float64(np.float32(np.float64(v) - np.float64(mr)))
             n += 1.0
-            s1 += xc
-            s2 += xc * xc
             if xc < mn:
                 mn = xc
-    acc[0], acc[1], acc[2], acc[3] = n, s1, s2, mn
+            if xc == -np.inf:  # (|v - m| beyond float32's range)
+                ninf += 1.0
+                continue
+            y = -xc
+            if y == 0.0:
+                continue
+            i = max(math.frexp(y)[1] + 125, 0)
+            M = np.int64(math.ldexp(y, 149 - i))  # exact: y is a float32 value
+            hi, lo = M >> _SPLIT, M & low
+            bins[0, i] += M
+            bins[1, i] += hi * hi
+            bins[2, i] += hi * lo
+            bins[3, i] += lo * lo
+    acc[0], acc[1], acc[2] = n, ninf, mn
     return acc
 
 
@@ -107,11 +131,36 @@ def _maxes(x, lim, vis, has_vis):
     return m
 
 
-def _exaq_moments(x, lim, vis, has_vis, acc):
-    """Accumulate count, sum, sum of squares and min of the max-centred visible finite scores
-    (float32 ``x - rowmax``) into ``acc`` (4,) float64: row maxima in parallel, the sums in
-    row-major order."""
-    return _exaq_accumulate(x, _maxes(x, lim, vis, has_vis), lim, vis, has_vis, acc)
+def _exaq_moments(x, lim, vis, has_vis, acc, bins):
+    """Accumulate the count, infinite count and min (``acc``) and the binned sums (``bins``)
+    of the max-centred visible finite scores (float32 ``x - rowmax``): row maxima in
+    parallel, then :func:`_exaq_accumulate`."""
+    return _exaq_accumulate(x, _maxes(x, lim, vis, has_vis), lim, vis, has_vis, acc, bins)
+
+
+def new_moments(groups: int = 1):
+    """Empty accumulators of :func:`_exaq_accumulate` for ``groups`` groups: ``(acc (groups,
+    3) float64, bins (groups, 4, N_BINS) int64)``."""
+    acc = np.tile(np.array([0.0, 0.0, np.inf]), (groups, 1))
+    return acc, np.zeros((groups, 4, N_BINS), dtype=np.int64)
+
+
+def exact_moments(acc, bins) -> tuple[float, float, float, float]:
+    """``(n, s1, s2, min)``: the count, ``s1 = sum xc`` and ``s2 = sum xc**2`` of the
+    max-centred scores ``xc <= 0``, each the float64 nearest their exact value (Python
+    integers, one correctly rounded division), and their minimum, from the accumulators of
+    one group.  Exact sums make sigma independent of the order of the scores, so that a
+    device computes the same value in parallel (:mod:`.exaq_device`); a ``-inf`` among them
+    gives ``s1 = -inf``, ``s2 = inf`` (sigma NaN: the fallback ``C``)."""
+    n, ninf, mn = (float(a) for a in acc)
+    if ninf:
+        return n, -math.inf, math.inf, mn
+    t1 = t2 = 0
+    for i in np.flatnonzero(bins[0]):
+        b = [int(v) for v in bins[:, i]]
+        t1 += b[0] << int(i)
+        t2 += ((b[1] << (2 * _SPLIT)) + (b[2] << (_SPLIT + 1)) + b[3]) << (2 * int(i))
+    return n, -(t1 / (1 << 149)), t2 / (1 << 298), mn
 
 
 #: a key more than this many nats below its row's max whose quantised value lies within half
@@ -275,9 +324,10 @@ def exaq_clip(sigma: float, bits: int = EXAQ_BITS_DEFAULT) -> float:
     return cval
 
 
-def _exaq_params(acc: np.ndarray, bits: int) -> tuple[float, float, float, float]:
-    """(sigma, C, lo, delta) from the accumulated moments."""
-    n, s1, s2, mn = acc
+def _exaq_params(acc: np.ndarray, bins: np.ndarray, bits: int
+                 ) -> tuple[float, float, float, float]:
+    """(sigma, C, lo, delta) from the accumulated moments of one group."""
+    n, s1, s2, mn = exact_moments(acc, bins)
     if n == 0:
         return float("nan"), EXAQ_C_FALLBACK, EXAQ_C_FALLBACK, float("nan")
     mean = s1 / n
@@ -296,7 +346,8 @@ def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT,
     max-centred scores before a float softmax (attention.md 3; seed section 2.3).
 
     ``x = fp32(s - rowmax)``; ``sigma`` = population std of every visible finite ``x`` of the
-    whole input (one value per call, as the authors' code; float64 sums); ``C = exaq_clip(sigma,
+    whole input (one value per call, as the authors' code; float64 ``sqrt(s2 / n - (s1 /
+    n)**2)`` of the exactly rounded sums, :func:`exact_moments`); ``C = exaq_clip(sigma,
     bits)``; ``lo = max(C, min x)``; ``delta = -lo / (2**bits - 1)``; ``x' = lo + delta *
     clamp(RNE((clamp(x, lo, 0) - lo) / delta), 0, 2**bits - 1)`` (float64); ``softmax(x')``
     computed in float64 and rounded to float32.  The authors calibrate ``C`` over 25 calls and
@@ -323,8 +374,9 @@ def exaq_softmax(scores, axis: int = -1, *, bits: int = EXAQ_BITS_DEFAULT,
     lim = np.full(rows.shape[0], rows.shape[1] - 1, dtype=np.int64)
     dummy = np.ones((1, 1), np.bool_)
     check_bool(return_stats, "return_stats")
-    acc = _exaq_moments(rows, lim, dummy, False, np.array([0.0, 0.0, 0.0, np.inf]))
-    sigma, C, lo, delta = _exaq_params(acc, b)
+    acc, bins = new_moments()
+    _exaq_moments(rows, lim, dummy, False, acc[0], bins[0])
+    sigma, C, lo, delta = _exaq_params(acc[0], bins[0], b)
     out = np.empty(rows.shape, dtype=np.float32)
     merged = np.zeros(rows.shape[0], dtype=np.int64)
     for_size(_exaq_rows, rows.size)(rows, lim, dummy, False, lo, delta, float(1 << b), out,
@@ -364,7 +416,7 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
     b, group, part = exaq_options(prob, bits, scale_scope)
     B, Lq, Lk = prob.B, prob.Lq, prob.Lk
     ng = int(group.max()) + 1 if B else 1
-    acc = np.tile(np.array([0.0, 0.0, 0.0, np.inf]), (ng, 1))
+    acc, bins = new_moments(ng)
     q64, k64t, v64 = float64_operands(prob)
     scores = {}
 
@@ -384,17 +436,17 @@ def _exaq(prob: Problem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
         return 0.0, (sc, lim, vv, vis is not None, _maxes(sc, lim, vv, vis is not None),
                      g0, g1, r0, r1)
 
-    def accumulate(chunk):  # sigma and min of each group: sums in row-major order
+    def accumulate(chunk):  # sigma and min of each group: exact sums (any order)
         sc, lim, vv, has_vis, m, g0, g1, r0, r1 = chunk
-        if ng == 1 and part is None:  # one sequence over the chunk, in row-major order
-            _exaq_accumulate(sc, m, lim, vv, has_vis, acc[0])
+        if ng == 1 and part is None:  # one sequence over the chunk
+            _exaq_accumulate(sc, m, lim, vv, has_vis, acc[0], bins[0])
         else:
             for g, rs, lm in entries(g0, g1, r0, r1, lim):
                 _exaq_accumulate(sc[rs], m[rs], np.ascontiguousarray(lm),
-                                 vv[rs] if has_vis else vv, has_vis, acc[g])
+                                 vv[rs] if has_vis else vv, has_vis, acc[g], bins[g])
 
     each_chunk(prob, moments, accumulate)
-    params = [_exaq_params(acc[g], b) for g in range(ng)]  # (sigma, C, lo, delta) per group
+    params = [_exaq_params(acc[g], bins[g], b) for g in range(ng)]  # (sigma, C, lo, delta)
     counts = np.zeros(2, dtype=np.int64)  # empty rows, merged keys
 
     def quantise(g0, g1, r0, r1, rm):  # pass 2: quantise and normalise
@@ -440,4 +492,5 @@ register(Scheme("exaq", "EXAQ clipped low-bit exponent quantisation softmax (bit
                 _softmax_exaq, options=("bits",), kind="softmax", stats=IntAttentionStats,
                 mask_floor=MASK_FLOOR))
 
-__all__ = ["exaq_softmax", "exaq_clip", "exaq_options", "EXAQ_AB", "EXAQ_BITS_DEFAULT"]
+__all__ = ["exaq_softmax", "exaq_clip", "exaq_options", "exact_moments", "EXAQ_AB",
+           "EXAQ_BITS_DEFAULT", "N_BINS"]

@@ -2,14 +2,16 @@
 the CPU pipeline (:func:`.exaq._exaq`) in torch operations on the tensors' device, with the
 CPU's results and statistics (docs/design.md "Row-wise schemes on the device").
 
-Pass 1 (per row chunk): the float32 scores ``fp32(fp32(fp64(q . k) scale) + mask)``
-(:func:`~.device_rows.float_scores`), with the keys a row does not see, and the rows that do not
-take part (``scale_scope="visible"``), set to ``-inf`` (what the CPU's kernels skip), copied to
-the host, where the CPU's own kernels take the row maxima and the moments of ``sigma`` (count,
-sum, sum of squares and minimum of the max-centred scores, float64 sums in row-major order per
-group: one sequential chain, which a device cannot split without changing its rounding); a
-chunk's ``4 B`` per score cross to the host once.  The group's ``(sigma, C, lo, delta)`` are the
-CPU's ``_exaq_params``.
+Pass 1 (per row chunk, on the device): the float32 scores ``fp32(fp32(fp64(q . k) scale) +
+mask)`` (:func:`~.device_rows.float_scores`), with the keys a row does not see, and the rows
+that do not take part (``scale_scope="visible"``), set to ``-inf`` (what the CPU's kernels
+skip), the row maxima (NaN ignored, as the CPU's ``row_max``), ``xc = fp32(x - m)`` and the
+terms of :func:`.exaq.exact_moments` per group: the count, the infinite count, the minimum
+and the integer sums of each ``|xc|``'s significand (and of its halves' products) by binade,
+from the float32 bits (``torch.bincount`` with float64 weights: every partial sum is an
+integer below 2**48, exact in any order), then int64 across chunks.  One read-back of those
+``groups x (3 + 1024)`` values; the group's ``(sigma, C, lo, delta)`` are the CPU's
+``_exaq_params``.
 
 Pass 2 (per row chunk, on the device): the scores again (the same GEMM, the same bits), the row
 maximum (NaN ignored, as the CPU's ``row_max``), ``xc = fp32(x - m)``, the level ``q =
@@ -41,9 +43,10 @@ from ..stats import IntAttentionStats
 from ._scores import ALL_VISIBLE
 from .device_rows import DeviceProblem, chunks, float_output, float_scores
 from .exaq import (
+    _SPLIT,
     EXAQ_BITS_DEFAULT,
     MERGE_NATS,
-    _exaq_moments,
+    N_BINS,
     _exaq_params,
     _exaq_rows,
     exaq_options,
@@ -82,6 +85,47 @@ def _level_tables(params, nl: int):
     return kinds, np.array(lvs), np.array(exps)
 
 
+def _moments(dp: DeviceProblem, q64, group_t, part, ng: int):
+    """Pass 1 (module docstring): ``(acc (ng, 3) float64, bins (ng, 4, N_BINS) int64)`` on
+    the host, :func:`.exaq._exaq_accumulate`'s values for every group."""
+    import torch
+
+    dev, Lk = dp.device, dp.Lk
+    cnt = torch.zeros((ng, 2), dtype=torch.int64, device=dev)  # count, infinite count
+    low = torch.full((ng,), math.inf, dtype=torch.float64, device=dev)
+    bins = torch.zeros((ng, 4, N_BINS), dtype=torch.int64, device=dev)
+    for g0, g1, r0, r1 in chunks(dp):
+        rm = dp.rows(g0, g1, r0, r1)
+        x = float_scores(dp, g0, g1, r0, r1, rm, q64)
+        ok = None if part is None else part[g0:g1, r0:r1].reshape(-1)
+        x = _hidden(x, rm.visible(Lk, dp.causal), ok)
+        m = torch.where(torch.isnan(x), -math.inf, x).amax(dim=1)
+        use = torch.isfinite(m)[:, None] & (x > -math.inf)  # (False for NaN)
+        xc = x - m[:, None]  # float32: fp32(x - m) (float64's difference, rounded once)
+        inf = use & (xc == -math.inf)
+        fin = use & ~inf
+        grp = group_t[g0:g1].repeat_interleave(r1 - r0)
+        cnt.index_add_(0, grp, torch.stack([use.sum(dim=1), inf.sum(dim=1)], dim=1))
+        low.scatter_reduce_(0, grp, torch.where(use, xc, math.inf).amin(dim=1).double(),
+                            "amin")
+        y = torch.where(fin, -xc, 0.0).view(torch.int32)  # (|xc|'s bits: xc <= 0)
+        e = y >> 23
+        sig = (y & 0x7FFFFF) | ((e > 0).to(torch.int32) << 23)
+        idx = ((e - 1).clamp(min=0).to(torch.int64) + (grp * N_BINS)[:, None]).reshape(-1)
+        sig = sig.reshape(-1).to(torch.int64)
+        hi, lo = sig >> _SPLIT, sig & ((1 << _SPLIT) - 1)
+        for row, w in enumerate((sig, hi * hi, hi * lo, lo * lo)):
+            # a chunk holds at most DEVICE_CHUNK_ELEMS = 2**24 scores (a row more only when
+            # Lk > 2**24): sums below 2**48, exact in float64 in any order
+            part_sum = torch.bincount(idx, weights=w.double(), minlength=ng * N_BINS)
+            bins[:, row] += part_sum.to(torch.int64).reshape(ng, N_BINS)
+    host = torch.cat([cnt.reshape(-1), low.view(torch.int64), bins.reshape(-1)]).cpu().numpy()
+    acc = np.empty((ng, 3))
+    acc[:, :2] = host[:2 * ng].reshape(ng, 2)
+    acc[:, 2] = host[2 * ng:3 * ng].view(np.float64)
+    return acc, host[3 * ng:].reshape(ng, 4, N_BINS)
+
+
 def exaq(dp: DeviceProblem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
          scale_scope: str = "visible"):
     """Scheme ``exaq`` on the device (``exaq._exaq``'s options, checks and statistics; the
@@ -94,26 +138,9 @@ def exaq(dp: DeviceProblem, return_stats: bool, bits: int = EXAQ_BITS_DEFAULT,
     B, Lk, dev = dp.B, dp.Lk, dp.device
     group = group_t.cpu().numpy()
     ng = int(group.max()) + 1 if B else 1
-    acc = np.tile(np.array([0.0, 0.0, 0.0, np.inf]), (ng, 1))
     q64 = dp.q.double()
-    full = np.full(1, Lk - 1, dtype=np.int64)
-
-    # pass 1: the moments of each group, on the host in the CPU's order
-    for g0, g1, r0, r1 in chunks(dp):
-        rm = dp.rows(g0, g1, r0, r1)
-        x = float_scores(dp, g0, g1, r0, r1, rm, q64)
-        ok = None if part is None else part[g0:g1, r0:r1].reshape(-1)
-        xh = _hidden(x, rm.visible(Lk, dp.causal), ok).cpu().numpy()
-        lim = np.broadcast_to(full, (xh.shape[0],))
-        if ng == 1:
-            _exaq_moments(xh, np.ascontiguousarray(lim), ALL_VISIBLE, False, acc[0])
-            continue
-        n = r1 - r0
-        for e in range(g0, g1):
-            rs = slice((e - g0) * n, (e - g0 + 1) * n)
-            _exaq_moments(xh[rs], np.ascontiguousarray(lim[rs]), ALL_VISIBLE, False,
-                          acc[group[e]])
-    params = [_exaq_params(acc[g], b) for g in range(ng)]
+    acc, bins = _moments(dp, q64, group_t, part, ng)
+    params = [_exaq_params(acc[g], bins[g], b) for g in range(ng)]
     nl = 1 << b
     kinds, lvs, exps = _level_tables(params, nl)
     kind_t = torch.tensor(kinds, dtype=torch.int64, device=dev)
