@@ -576,8 +576,9 @@ def test_boolean_causal_mask_is_causal():
 
 
 def test_reused_causal_verdict_is_checked_again():
-    """A mask tensor found causal is not compared again on the host while the object and its
-    version are unchanged, but the reused answer is checked on the device: contents
+    """A mask buffer found causal is not compared again on the host while its memory and
+    version are unchanged (whichever tensor object holds it), but the reused answer is
+    checked on the device: contents
     rewritten without a version bump (as torch.compile's generated code rewrites a buffer it
     reuses; here through ``.data``) raise at the exit instead of running as causal
     unnoticed; ``mask_cache=False`` compares in every call and gets the mask right."""
@@ -585,17 +586,33 @@ def test_reused_causal_verdict_is_checked_again():
     q, k, v = (torch.randn(1, 2, 24, 16, generator=g) for _ in range(3))
     m = torch.ones(1, 1, 24, 24, dtype=torch.bool).tril()
     opts = dict(config="e2e_hif8", block_q=8, block_k=8)
-    with emulate("baps", **opts) as run:
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
-        b = F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # the verdict reused
-    assert torch.equal(a, b) and [c.causal for c in run.stats.calls] == [True, True]
+    compared = []
+    real_equal = torch.equal
+
+    def counting(*a):
+        compared.append(1)
+        return real_equal(*a)
+
+    torch.equal = counting
+    try:
+        with emulate("baps", **opts) as run:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+            b = F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # the verdict reused
+            # a new tensor object on the same memory (as torch.compile's segments get a
+            # buffer): reused too
+            b2 = F.scaled_dot_product_attention(q, k, v, attn_mask=m.view(1, 1, 24, 24))
+    finally:
+        torch.equal = real_equal
+    assert len(compared) == 1
+    assert torch.equal(a, b) and torch.equal(a, b2)
+    assert [c.causal for c in run.stats.calls] == [True] * 3
     v0 = m._version
     with pytest.raises(RuntimeError, match=r"call\(s\) \[1\].*without a version bump"):
         with emulate("baps", **opts):
             F.scaled_dot_product_attention(q, k, v, attn_mask=m)
             m.data[0, 0, 20, :] = False  # (no version bump)
             assert m._version == v0
-            F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+            F.scaled_dot_product_attention(q, k, v, attn_mask=m.view(1, 1, 24, 24))
     with emulate("baps", mask_cache=False, **opts) as run:
         c = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
     want = lp.attention(q, k, v, "baps", attn_mask=m, **opts)

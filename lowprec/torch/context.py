@@ -84,7 +84,6 @@ import sys
 import threading
 import time
 import warnings
-import weakref
 from functools import partial
 
 import numpy as np
@@ -112,6 +111,8 @@ SHORTHANDS = {  # design.md "PyTorch integration": scheme shorthands -> (scheme,
 UNKNOWN_MODULE = "<unknown>"  # calls made outside every named module
 EMPTY_ROWS = ("zero", "nan")
 _TLS = threading.local()  # .stack: active Emulation objects of this thread, innermost last
+#: causal-mask answers a context keeps (:meth:`Emulation._causal_mask`; cleared when full)
+_MASK_VERDICTS = 32
 
 
 def _active_stack() -> list:
@@ -226,7 +227,7 @@ class Emulation:
                              "watched models: pass model=...")
         self._stats = EmulationStats(self.scheme, self.options)
         self._deferred: list = []           # device calls whose statistics are on their way
-        self._last_mask = None              # (weakref, version, is causal) of the last mask
+        self._mask_verdicts: dict = {}     # (storage key, version) -> is causal (_causal_mask)
         self._mask_checks: list = []        # (device bool, call index): reused verdicts' checks
         self._names: dict[int, str] = {}     # id(module) -> qualified name
         self._qsel: set[int] = set()        # ids of the selected nn.Linear modules
@@ -631,13 +632,17 @@ class Emulation:
         ``is_causal=True`` to SDPA in eager mode but materializes this mask while Dynamo traces
         (it cannot decide at trace time that the mask may be dropped); treating it as
         ``is_causal=True`` gives compiled and eager runs the same bits and statistics and lets
-        the GPU engine skip reading a mask plane.  The answer for the last mask tensor is kept
-        (the layers of one forward share it), keyed on the tensor object and its version
-        counter, so a forward checks it once (one comparison, one small read-back).  Code
-        that rewrites a tensor without bumping its version (torch.compile's generated code
-        reuses and rewrites buffers; the answer is then reused for other contents) is caught
-        by checking a reused True answer again on the device, read with the deferred
-        statistics (:meth:`_flush` raises); ``mask_cache=False`` turns the reuse off."""
+        the GPU engine skip reading a mask plane.  The answers are kept, keyed on the
+        tensor's memory (device, address, shape, strides) and its version counter: the
+        layers of one forward share the mask, and torch.compile's generated code hands the
+        same buffer to later graph segments and later forwards as new tensor objects (six of
+        the 16 calls of a compiled Llama forward met a new object on the H100, each a
+        comparison and a read-back when the answers were keyed on the object).  A reused True
+        answer is checked again on the device, read with the deferred statistics
+        (:meth:`_flush` raises a RuntimeError naming the calls): that catches a buffer
+        rewritten without a version bump, or freed and reallocated with other contents (a
+        False answer is never a shortcut: such a call reads its mask).
+        ``mask_cache=False`` turns the reuse off (one comparison and read-back per call)."""
         import torch
 
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -650,18 +655,22 @@ class Emulation:
             version = mask._version
         except RuntimeError:  # an inference tensor keeps no version counter: no caching
             version = None
-        last = self._last_mask
         from ..kernels.device_rows import index_tensor
 
         tril = index_tensor(("tril", Lq), lambda: np.tri(Lq, dtype=np.bool_), mask.device)
-        if self.mask_cache and version is not None and last is not None and \
-                last[0]() is mask and last[1] == version:
-            if last[2]:  # checked on the device, read with the deferred statistics (_flush)
+        key = None if version is None or not self.mask_cache else (
+            str(mask.device), mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()), version)
+        verdict = self._mask_verdicts.get(key) if key is not None else None
+        if verdict is not None:
+            if verdict:  # checked on the device, read with the deferred statistics (_flush)
                 index = len(self._stats.calls) + len(self._deferred)
                 self._mask_checks.append(((mask.reshape(Lq, Lk) == tril).all(), index))
-            return last[2]
+            return verdict
         verdict = bool(torch.equal(mask.reshape(Lq, Lk), tril))
-        self._last_mask = None if version is None else (weakref.ref(mask), version, verdict)
+        if key is not None:
+            if len(self._mask_verdicts) >= _MASK_VERDICTS:
+                self._mask_verdicts.clear()
+            self._mask_verdicts[key] = verdict
         return verdict
 
     def _sdpa(self, func, args, kwargs, module: str | None = None):
@@ -1110,11 +1119,14 @@ def emulate(scheme: str, *, model=None, reference: bool = False, activations: st
             (their attention then runs unemulated, and the exit warning says so).
         mask_cache: a boolean mask that equals the causal lower triangle runs as
             ``is_causal=True`` (the same bits and statistics, faster); the answer is read
-            from the device once per mask tensor and reused while the tensor object and its
-            version counter are unchanged.  A reused answer is checked again on the device
-            without waiting, and the check is read with the deferred statistics: a tensor
-            rewritten in place without a version bump (``torch.compile``'s generated code
-            reuses buffers) raises a RuntimeError there instead of passing unnoticed.
+            from the device once per mask buffer and reused while the tensor's memory
+            (address, shape, strides) and version counter are unchanged, whichever tensor
+            object holds it (``torch.compile`` hands one buffer to its graph segments as new
+            objects).  A reused answer is checked again on the device without waiting, and
+            the check is read with the deferred statistics: a buffer rewritten in place
+            without a version bump (``torch.compile``'s generated code reuses buffers), or
+            freed and reallocated with other contents, raises a RuntimeError there instead
+            of passing unnoticed.
             ``False`` reads the answer back in every call (one synchronisation per call).
         **options: options of the scheme (``config``, ``tau``, ``block_q``, ...).  The
             integer schemes take their int8 scales from the rows and keys a call's mask lets
