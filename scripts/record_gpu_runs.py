@@ -45,6 +45,8 @@ LONG_CONTEXT = (
                    "--schemes exaq,hccs --budget 520"),
     ("lc_s6_8k.json", "scripts/gpu_long_context.py --parts perplexity --lengths 8192 "
                       "--windows 1 --schemes exaq,hccs --budget 560"),
+    ("lc_s8_exaq.json", "scripts/gpu_long_context.py --parts perplexity --lengths 16384,32768 "
+                        "--windows 1 --schemes exaq --budget 530"),
 )
 
 
@@ -66,6 +68,9 @@ S7_E2E = "--lengths 2048 --compile --schemes hif8,intattention --repeat 9"
 S7_E2E_B = "--lengths 2048 --compile --schemes hif8,intattention,quant_only --repeat 9"
 S7_SCHEMES_QO = "--lengths 4096,16384 --schemes quant_only"
 S7_SCHEMES_ISO = "--lengths 4096,16384 --schemes index_softmax_only"
+#: the session-8 commands (e2e_s8.json, e2e_s8b.json; exaq_check_s8.json; stats_s8.json)
+S8_E2E = S7_E2E
+S8_EXAQ = "--schemes exaq --L 4096 16384 --heads 2"
 
 
 def _load(name: str):
@@ -104,7 +109,10 @@ NOTES = {"lc.json": "This run's 32768-token perplexity stopped with CUDA out of 
                        "(one call at (1, 9, 4096, 64) took 0.73 s and 2.2 s on the H100; hccs "
                        "calibrates per call).",
          "lc_s6_8k.json": "Session 6: the same two at 8192 tokens, one window (3.7 s and 7.5 s "
-                          "a call)."}
+                          "a call).",
+         "lc_s8_exaq.json": "Session 8: exaq after its sigma's sums became exact and its first "
+                            "pass moved to the device (docs/design.md, \"Session 8 "
+                            "measurements\"), one window at each length."}
 
 
 def perplexity_summary() -> str:
@@ -153,6 +161,23 @@ def schemes(rows: list) -> str:
     for r in rows:
         out.append(f"{r['scheme']:22} {r['L']:>6} {str(r['causal']):>6} {r['ms']:9.3f} "
                    f"{r['sdpa_fp32']:9.3f} {r['x_fp32']:6.2f}x")
+    return "\n".join(out)
+
+
+def schemes_check(rep: dict) -> str:
+    """``gpu_schemes_check.py``'s cases (outputs differing from the CPU's, statistics fields
+    differing, seconds) and its timing row."""
+    out = [f"{'scheme':8} {'L':>6} {'case':10} {'options':34} {'differ':>14} {'stats':>5} "
+           f"{'device s':>8} {'CPU s':>7}"]
+    for r in rep["cases"]:
+        if "error" in r:
+            out.append(f"{r['scheme']:8} {r['L']:>6} {r['kind']:10} {r['error']}")
+            continue
+        out.append(f"{r['scheme']:8} {r['L']:>6} {r['kind']:10} {json.dumps(r['opts']):34} "
+                   f"{r['mismatch']:>4} / {r['outputs']:<7} {len(r['stats_diff']):>5} "
+                   f"{r['device_nostats_s']:8.3f} {r['cpu_s']:7.2f}")
+    for b in rep["bench"]:
+        out.append("bench " + json.dumps(b))
     return "\n".join(out)
 
 
@@ -294,6 +319,20 @@ def document() -> str:
             "`benchmarks/bench_gpu_schemes.py " + S7_SCHEMES_ISO + "` (the 16384 causal row "
             "was not reached in the time given):", "",
             "```", schemes(_load("schemes_s7_iso_fused.json")["rows"]), "```", ""]
+    out += ["## Session 8: split statistics kernels, causal-mask answers by buffer, exact EXAQ "
+            "sigma", "",
+            "The statistics kernels with each entry's rows split between programs: "
+            "`benchmarks/bench_stats_kernels.py`:", "",
+            "```", "\n".join(_load("stats_s8.json")["lines"]), "```", "",
+            "After the split (a machine with a slow host): `benchmarks/bench_gpu_emulate.py "
+            + S8_E2E + "`:", "",
+            "```", e2e(_load("e2e_s8.json")), "```", "",
+            "After the causal-mask answers were keyed on the mask's memory (another machine):",
+            "",
+            "```", e2e(_load("e2e_s8b.json")), "```", "",
+            "`exaq` after its sigma's sums became exact and its first pass moved to the device, "
+            "device against CPU: `scripts/gpu_schemes_check.py " + S8_EXAQ + "`:", "",
+            "```", schemes_check(_load("exaq_check_s8.json")), "```", ""]
     return "\n".join(out)
 
 
