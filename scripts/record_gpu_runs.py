@@ -47,6 +47,8 @@ LONG_CONTEXT = (
                       "--windows 1 --schemes exaq,hccs --budget 560"),
     ("lc_s8_exaq.json", "scripts/gpu_long_context.py --parts perplexity --lengths 16384,32768 "
                         "--windows 1 --schemes exaq --budget 530"),
+    ("lc_s8_32k.json", "scripts/gpu_long_context.py --parts perplexity --lengths 32768 "
+                       "--schemes quant_only,ivit,ibert --budget 540"),
 )
 
 
@@ -99,7 +101,8 @@ def restart_summary(runs: dict) -> str:
 
 
 #: the runs with every window that fits the text (the others compare with CPU runs of fewer)
-ALL_WINDOWS = ("lc.json", "lc32.json", "more.json", "more2.json", "more3.json", "l32b.json")
+ALL_WINDOWS = ("lc.json", "lc32.json", "more.json", "more2.json", "more3.json", "l32b.json",
+               "lc_s8_32k.json")
 NOTES = {"lc.json": "This run's 32768-token perplexity stopped with CUDA out of memory in the "
                     "float32 baseline (torch's SDPA served GQA from its math backend); fixed "
                     "in the study code and run again as the next section.",
@@ -110,6 +113,8 @@ NOTES = {"lc.json": "This run's 32768-token perplexity stopped with CUDA out of 
                        "calibrates per call).",
          "lc_s6_8k.json": "Session 6: the same two at 8192 tokens, one window (3.7 s and 7.5 s "
                           "a call).",
+         "lc_s8_32k.json": "Session 8: the three schemes the 32768-token table lacked (the "
+                           "text holds one window of 32768 tokens).",
          "lc_s8_exaq.json": "Session 8: exaq after its sigma's sums became exact and its first "
                             "pass moved to the device (docs/design.md, \"Session 8 "
                             "measurements\"), one window at each length."}
