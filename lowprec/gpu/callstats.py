@@ -61,6 +61,15 @@ def _row_block(ob, i, Lq, dv, shift, causal, offs_v):
 
 
 @triton.jit
+def _split_rows(split, rb, Lq, BM: tl.constexpr):
+    """The rows ``[r0, rend)`` of an entry's split ``split`` (``rb`` rows each) and its three
+    zeroed row-block counters (non-finite, noisy, no key)."""
+    r0 = split * rb
+    z = tl.zeros([BM], dtype=tl.int32)
+    return r0, tl.minimum(r0 + rb, Lq), z, z, z
+
+
+@triton.jit
 def _store_counts(PACK, o_cnt, B, b, nonfin, noisy, nokey):
     """``PACK[o_cnt + c * B + b] +=`` this program's part of the entry's counters ``c`` = 0
     non-finite, 1 noisy, 2 no key (int64 atomic adds of integer counts: exact in any order;
@@ -123,11 +132,7 @@ def _call_stats_kernel(Q, K, OUT, FLAGS, RR, PACK, sqz, sqh, sqm, sqd, skz, skh,
     offs_v = tl.arange(0, BDV)
     qb = Q + z.to(tl.int64) * sqz + h.to(tl.int64) * sqh
     ob = OUT + b64 * Lq * dv
-    nonfin = tl.zeros([BM], dtype=tl.int32)
-    noisy = tl.zeros([BM], dtype=tl.int32)
-    nokey = tl.zeros([BM], dtype=tl.int32)
-    r0 = split * rb
-    rend = tl.minimum(r0 + rb, Lq)
+    r0, rend, nonfin, noisy, nokey = _split_rows(split, rb, Lq, BM)
     for i0 in range(r0, rend, BM):
         i = i0 + offs_m
         iok, sees, nk, nf = _row_block(ob, i, rend, dv, shift, causal, offs_v)
@@ -163,6 +168,7 @@ def _rows_counts_kernel(Q, K, KV, TOP, OUT, PACK, B, Lq, Lk, d, dv, shift, causa
     scale_abs = _f64(s_lo, s_hi)
     noise_nats = _f64(n_lo, n_hi)
     b = tl.program_id(0)
+    split = tl.program_id(1)
     b64 = b.to(tl.int64)
     offs_m = tl.arange(0, BM)
     offs_d = tl.arange(0, BD)
@@ -198,11 +204,7 @@ def _rows_counts_kernel(Q, K, KV, TOP, OUT, PACK, B, Lq, Lk, d, dv, shift, causa
             sk = tl.max(tl.max(ak, axis=1), axis=0) / 127.0
     offs_v = tl.arange(0, BDV)
     ob = OUT + b64 * Lq * dv
-    nonfin = tl.zeros([BM], dtype=tl.int32)
-    noisy = tl.zeros([BM], dtype=tl.int32)
-    nokey = tl.zeros([BM], dtype=tl.int32)
-    r0 = tl.program_id(1) * rb
-    rend = tl.minimum(r0 + rb, Lq)
+    r0, rend, nonfin, noisy, nokey = _split_rows(split, rb, Lq, BM)
     for i0 in range(r0, rend, BM):
         i = i0 + offs_m
         iok, sees, nk, nf = _row_block(ob, i, rend, dv, shift, causal, offs_v)
