@@ -228,6 +228,52 @@ def test_calibrate_kl_matches_reference_and_is_locally_optimal():
             assert mean_kl_ref(rows, s_x, *cand) >= kl - 1e-12
 
 
+def test_calibration_reference_is_order_free_and_follows_its_rule():
+    """The reference softmax of the int8 logits reads the rows' code histograms: the row sum is
+    ``count * e`` per code from the highest code down, so permuting each row's keys leaves every
+    calibrated value (and the kl) bit for bit equal; the tables equal a plain loop of the rule,
+    and the device's histogram (torch) equals the Numba one."""
+    import torch
+
+    from lowprec.kernels import _hccs_search as hs
+    from lowprec.kernels.hccs_device import code_histograms
+
+    rng = np.random.default_rng(23)
+    heads = heads_logits(rng, rows=64, n=200, sds=(0.6, 3.0))
+    heads[0][:9, 150:] = -np.inf
+    p = calibrate(heads)
+    perm = [np.take_along_axis(h, rng.permuted(np.tile(np.arange(200), (64, 1)), axis=1), 1)
+            for h in heads]
+    pp = calibrate(perm)
+    assert p == pp and np.array_equal(p.kl, pp.kl)  # kl compared as float64 bits too
+    x8, vis, _ = hs._quantize_logits(heads[0], float(p.x_scale[0]))
+    hist = np.zeros((64, hs.DELTA_BINS), np.int32)
+    hs.code_histograms(x8, vis, hist)
+    for r in range(64):
+        assert np.array_equal(hist[r], np.bincount(x8[r][vis[r]].astype(int) + 127,
+                                                   minlength=255))
+    th = code_histograms(torch.from_numpy(x8.astype(np.float64)), torch.from_numpy(vis))
+    assert th.dtype == torch.int16 and np.array_equal(th.numpy(), hist)
+    assert np.array_equal(code_histograms(torch.from_numpy(x8[9:].astype(np.float64)),
+                                          None).numpy(), hist[9:])
+    s_x = float(p.x_scale[0])
+    q, ent, mcode = hs.code_softmax(hist, s_x)
+    for r in (0, 5, 40):
+        m = int(x8[r][vis[r]].max())
+        assert mcode[r] == m + 127
+        e = {c: float(np.exp(np.float64(c * s_x) - np.float64(m * s_x)))
+             for c in range(-127, m + 1)}
+        z = 0.0
+        for c in range(m, -128, -1):
+            k = int(hist[r, c + 127])
+            if k:
+                z += float(k) * e[c]
+        for c in range(-127, 128):
+            want = e[c] / z if c <= m else 0.0
+            assert q[r, c + 127] == want
+            assert ent[r, c + 127] == (want * math.log(want) if want > 0 else 0.0)
+
+
 def test_calibrate_fast_vs_exhaustive():
     rng = np.random.default_rng(5)
     hs = heads_logits(rng, rows=40, n=160, sds=(0.7, 2.0, 5.0))

@@ -2,9 +2,9 @@
 value per code), per-row histograms of the clamped distances, the objective and the
 coarse-then-refine search over ``(B, S, Dmax)`` described in :mod:`lowprec.kernels.hccs` (whose
 :func:`~lowprec.kernels.hccs.calibrate` calls it), and the pipeline's per-call calibration from
-its int8 logits (no float64 copy of the logits), kept apart so that ``hccs.py`` stays under the
-kernels' 900-line limit.  Only ``hccs.py`` and its device companion ``hccs_device.py``
-import this module.
+its int8 logits' code histograms (no float64 copy of the logits), kept apart so that
+``hccs.py`` stays under the kernels' 900-line limit.  Only ``hccs.py`` and its device
+companion ``hccs_device.py`` import this module.
 """
 
 from __future__ import annotations
@@ -29,14 +29,13 @@ REFINE_HALF_WIDTH = 2  # S candidates per B: floor(r B) - 1 .. floor(r B) + 2
 
 
 @jit
-def _histograms(x8, vis, qref, coded, ent_tab, qraw, N, M):
-    """Per-row statistics of the clamped distances for every Dmax in 0..127.
+def _histograms(x8, vis, qref, qraw, N, M):
+    """Per-row statistics of the clamped distances for every Dmax in 0..127, with the float
+    reference ``qref (R, n)`` (one probability per entry, ``reference="float"``).
 
     qraw[d] += mass of the reference softmax at raw distance d (summed over rows); N[r] =
     visible count; M[r, D] = sum over visible entries of min(m - x, D).  Returns the summed
-    ``sum q log q`` over rows.  The reference probability of entry ``(r, j)`` is
-    ``qref[r, j]``, or with ``coded`` ``qref[r, x8[r, j] + 127]`` (one value per int8 code, as
-    :func:`code_softmax` gives them) with ``q log q`` from ``ent_tab`` alike.
+    ``sum q log q`` over rows.
     """
     R, n = x8.shape
     cnt = np.zeros(DELTA_BINS, np.int64)
@@ -54,54 +53,87 @@ def _histograms(x8, vis, qref, coded, ent_tab, qraw, N, M):
                 continue
             d = m - np.int64(x8[r, j])
             cnt[d] += 1
-            if coded:
-                c = np.int64(x8[r, j]) + X8_MAX
-                qv = qref[r, c]
-                qraw[d] += qv
-                if qv > 0:
-                    ent += ent_tab[r, c]
-            else:
-                qv = qref[r, j]
-                qraw[d] += qv
-                if qv > 0:
-                    ent += qv * np.log(qv)
+            qv = qref[r, j]
+            qraw[d] += qv
+            if qv > 0:
+                ent += qv * np.log(qv)
             nv += 1
         N[r] = nv
-        # M[r, D] = sum_d cnt[d] * min(d, D); M(D) = M(D-1) + #{d >= D}
-        ge = nv - cnt[0]  # entries with d >= 1
-        acc = 0
-        M[r, 0] = 0
-        for D in range(1, DMAX_MAX + 1):
-            acc += ge
-            M[r, D] = acc
-            ge -= cnt[D]
+        _distance_sums(cnt, nv, M[r])
+    return ent
+
+
+@jit(inline="always")
+def _distance_sums(cnt, nv, Mr):
+    """``Mr[D] = sum_d cnt[d] min(d, D)`` for D in 0..127 from the counts of each distance
+    ``cnt`` of a row with ``nv`` entries: ``M(D) = M(D - 1) + #{d >= D}``."""
+    ge = nv - cnt[0]  # entries with d >= 1
+    acc = 0
+    Mr[0] = 0
+    for D in range(1, DMAX_MAX + 1):
+        acc += ge
+        Mr[D] = acc
+        ge -= cnt[D]
+
+
+@jit(parallel=True)
+def code_histograms(x8, vis, hist):
+    """``hist[r, c + 127]`` = how many visible entries of row ``r`` of the int8 logits ``x8``
+    have code ``c`` (``vis`` boolean like ``x8``, or ``(0, 0)``: every entry); ``hist`` is a
+    zeroed integer ``(R, 255)`` array."""
+    R, n = x8.shape
+    use_vis = vis.shape[0] > 0
+    for r in prange(R):
+        for j in range(n):
+            if not use_vis or vis[r, j]:
+                hist[r, np.int64(x8[r, j]) + X8_MAX] += 1
+
+
+@jit
+def _row_sums(hist, etab, z):
+    """``z[r]`` = the reference row sum ``sum_c hist[r, c] etab[r, c]`` in float64, one product
+    and one addition per code present, codes from the highest down (the documented order:
+    independent of the order of the keys)."""
+    R, C = hist.shape
+    for r in range(R):
+        s = 0.0
+        for c in range(C - 1, -1, -1):
+            k = hist[r, c]
+            if k != 0:
+                s += np.float64(k) * etab[r, c]
+        z[r] = s
+
+
+@jit
+def _hist_moments(hist, mcode, q, ent_tab, qraw, N, M):
+    """:func:`_histograms` from the rows' code histograms ``hist (R, 255)`` (each row with a
+    visible entry; ``mcode[r]`` its highest code's index), with the reference ``q (R, 255)``
+    one value per code and ``ent_tab = q log q``: rows in order, each code's mass added once
+    as ``count * value`` (codes from the row max down).  Returns the summed ``sum q log q``."""
+    R = hist.shape[0]
+    cnt = np.zeros(DELTA_BINS, np.int64)
+    ent = 0.0
+    for r in range(R):
+        m = mcode[r]
+        nv = 0
+        for d in range(DELTA_BINS):
+            k = hist[r, m - d] if d <= m else 0
+            cnt[d] = k
+            if k == 0:
+                continue
+            qv = q[r, m - d]
+            qraw[d] += np.float64(k) * qv
+            if qv > 0:
+                ent += np.float64(k) * ent_tab[r, m - d]
+            nv += k
+        N[r] = nv
+        _distance_sums(cnt, nv, M[r])
     return ent
 
 
 @jit
-def _max_codes(x8, vis, mcode):
-    """Each row's largest visible code."""
-    R, n = x8.shape
-    for r in range(R):
-        m = -129
-        for j in range(n):
-            if vis[r, j] and x8[r, j] > m:
-                m = np.int64(x8[r, j])
-        mcode[r] = m
-
-
-@jit
-def _gather_codes(x8, vis, etab, E):
-    """``E[r, j] = etab[r, x8[r, j] + 127]`` where visible, else 0."""
-    R, n = x8.shape
-    for r in range(R):
-        for j in range(n):
-            E[r, j] = etab[r, np.int64(x8[r, j]) + X8_MAX] if vis[r, j] else 0.0
-
-
-@jit
 def _q_log_q(q, out):
-    """``out = q log q`` where ``q > 0`` (Numba's ``log``, as :func:`_histograms` takes it)."""
+    """``out = q log q`` where ``q > 0`` (Numba's ``log``)."""
     R, C = q.shape
     for r in range(R):
         for c in range(C):
@@ -109,25 +141,28 @@ def _q_log_q(q, out):
             out[r, c] = qv * np.log(qv) if qv > 0 else 0.0
 
 
-def code_softmax(x8: np.ndarray, vis: np.ndarray, s_x: float):
-    """The calibration reference ``softmax(x8 s_x)`` over the visible entries of each row (rows
-    with a visible entry), one value per int8 code: ``(q (R, 255), q log q (R, 255))`` indexed
-    by ``code + 127``.  Every value is the one the per-entry evaluation gives (``x8 s_x`` in
-    float64, minus the row max, NumPy's ``exp``, the row sum by NumPy's pairwise summation over
-    the row's entries in order, one division), computed once per code instead of per entry."""
-    R, n = x8.shape
+def code_softmax(hist: np.ndarray, s_x: float):
+    """The calibration reference ``softmax(x8 s_x)`` of rows given by their code histograms
+    ``hist (R, 255)`` (each row with a visible entry), one value per int8 code:
+    ``(q (R, 255), q log q (R, 255), mcode (R,))`` indexed by ``code + 127``, ``mcode`` the
+    index of each row's highest code.  ``e = exp(fl64(c s_x) - fl64(m s_x))`` (NumPy's
+    ``exp``) for every code ``c`` up to the row max ``m``; the row sum ``Z`` by
+    :func:`_row_sums` (``count * e`` per code, codes from the highest down), ``q = e / Z``.
+    Since every step reads the histogram, not the keys, the reference does not depend on the
+    keys' order, and a device that counts the codes gets the same bits (docs/design.md)."""
+    R, C = hist.shape
+    present = hist > 0
+    mcode = C - 1 - np.argmax(present[:, ::-1], axis=1)
     vals = np.arange(-X8_MAX, X8_MAX + 1, dtype=np.float64) * s_x  # fl64(code * s_x)
-    mcode = np.empty(R, dtype=np.int64)
-    _max_codes(x8, vis, mcode)
     with np.errstate(over="ignore", invalid="ignore"):  # codes above a row's max (unused)
-        etab = np.exp(vals[None, :] - vals[mcode + X8_MAX][:, None])
-    E = np.empty((R, n), dtype=np.float64)
-    _gather_codes(x8, vis, etab, E)
-    with np.errstate(over="ignore", invalid="ignore"):
-        q = etab / E.sum(axis=1)[:, None]
+        etab = np.exp(vals[None, :] - vals[mcode][:, None])
+    etab[np.arange(C)[None, :] > mcode[:, None]] = 0.0
+    z = np.empty(R)
+    _row_sums(hist, etab, z)
+    q = etab / z[:, None]
     ent = np.empty_like(q)
     _q_log_q(q, ent)
-    return q, ent
+    return q, ent, mcode
 
 
 @jit
@@ -325,32 +360,50 @@ def _calibrate_rows(rows: np.ndarray, n: int, s_x: float | None, exhaustive: boo
     x8, vis, rows = x8[keep], vis[keep], rows[keep]
     if x8.shape[0] == 0:
         raise ValueError("calibration logits have no row with a visible (finite) entry")
-    return fit_codes(x8, vis, s_x, n, exhaustive, refine, objective,
-                     rows if reference == "float" else None)
+    if reference == "float":
+        return fit_float(x8, vis, rows, s_x, n, exhaustive, refine, objective)
+    hist = np.zeros((x8.shape[0], DELTA_BINS), np.int32)
+    sized(code_histograms, x8.size)(np.ascontiguousarray(x8), np.ascontiguousarray(vis), hist)
+    return fit_hist(hist, s_x, n, exhaustive, refine, objective)
 
 
-_NO_ENT = np.zeros((1, 1))  # the q log q table argument of _histograms when not coded
+def _fit(qraw, ent, N, M, s_x, n, exhaustive, refine, objective):
+    R = N.shape[0]
+    qbar = qraw / R
+    B, S, D, c = _search(qbar, N, M, n, OBJECTIVES.index(objective), exhaustive, refine)
+    return int(B), int(S), int(D), s_x, ent / R + c
 
 
-def fit_codes(x8: np.ndarray, vis: np.ndarray, s_x: float, n: int, exhaustive: bool = False,
-              refine: int = 4, objective: str = "sum", rows: np.ndarray | None = None):
-    """``(B, S, Dmax, s_x, kl)`` of one head from its int8 logits ``x8 (R, n)`` (each row with a
-    visible entry; ``vis`` boolean) at scale ``s_x``: the reference softmax of ``x8 s_x``
-    (:func:`code_softmax`), or of the float logits ``rows`` when given, the histograms and the
-    grid search (module docstring of :mod:`lowprec.kernels.hccs`)."""
+def fit_hist(hist: np.ndarray, s_x: float, n: int, exhaustive: bool = False, refine: int = 4,
+             objective: str = "sum"):
+    """``(B, S, Dmax, s_x, kl)`` of one head from the code histograms ``hist (R, 255)`` of its
+    int8 logits (:func:`code_histograms`; each row with a visible entry) at scale ``s_x``: the
+    reference softmax of ``x8 s_x`` (:func:`code_softmax`), the distance statistics
+    (:func:`_hist_moments`) and the grid search (module docstring of
+    :mod:`lowprec.kernels.hccs`)."""
+    hist = np.ascontiguousarray(hist)
+    q, ent_tab, mcode = code_softmax(hist, s_x)
+    R = hist.shape[0]
+    qraw = np.zeros(DELTA_BINS)
+    N = np.empty(R, np.int64)
+    M = np.empty((R, DMAX_MAX + 1), np.int64)
+    ent = _hist_moments(hist, mcode, q, ent_tab, qraw, N, M)
+    return _fit(qraw, ent, N, M, s_x, n, exhaustive, refine, objective)
+
+
+def fit_float(x8: np.ndarray, vis: np.ndarray, rows: np.ndarray, s_x: float, n: int,
+              exhaustive: bool = False, refine: int = 4, objective: str = "sum"):
+    """:func:`fit_hist` with the softmax of the float logits ``rows (R, n)`` as the reference
+    (``calibrate(reference="float")``): one probability per entry, summed in the entries'
+    order."""
     x8, vis = np.ascontiguousarray(x8), np.ascontiguousarray(vis)
-    if rows is None:
-        qref, ent_tab = code_softmax(x8, vis, s_x)
-    else:
-        qref, ent_tab = np.ascontiguousarray(_softmax_ref(rows, vis)), _NO_ENT
+    qref = np.ascontiguousarray(_softmax_ref(rows, vis))
     R = x8.shape[0]
     qraw = np.zeros(DELTA_BINS)
     N = np.empty(R, np.int64)
     M = np.empty((R, DMAX_MAX + 1), np.int64)
-    ent = _histograms(x8, vis, qref, rows is None, ent_tab, qraw, N, M)
-    qbar = qraw / R
-    B, S, D, c = _search(qbar, N, M, n, OBJECTIVES.index(objective), exhaustive, refine)
-    return int(B), int(S), int(D), s_x, ent / R + c
+    ent = _histograms(x8, vis, qref, qraw, N, M)
+    return _fit(qraw, ent, N, M, s_x, n, exhaustive, refine, objective)
 
 
 # --------------------------------------------------------------------------------------------
@@ -413,12 +466,13 @@ def scales_from_amax(amax: np.ndarray, seen: np.ndarray, spans, H: int, Lq: int)
     return s_x
 
 
-def calibrate_span(x8, vis, seen, s_x, e0: int, e1: int, H: int, Lq: int, Lk: int,
+def calibrate_span(hist, seen, s_x, e0: int, e1: int, H: int, Lq: int, Lk: int,
                    scope: str) -> dict:
     """The ``HccsParams`` fields (a dict) of ``hccs.calibrate`` of every head of the entries
-    ``e0 .. e1 - 1`` from the pipeline's int8 logits ``x8`` at the heads' scales ``s_x (H,)``,
-    over the flat rows ``seen``; a head without any visible logit gets the uniform surrogate
-    (S = 0; its rows are NaN anyway)."""
+    ``e0 .. e1 - 1`` from the code histograms ``hist (B Lq, 255)`` of the pipeline's int8
+    logits (:func:`code_histograms`) at the heads' scales ``s_x (H,)``, over the flat rows
+    ``seen``.  A head without any visible logit gets the uniform surrogate (S = 0; its rows are
+    NaN anyway)."""
     rs = np.arange(e0 * Lq, e1 * Lq)
     rs = rs[seen[rs]]
     # the row length of the constraints (eq. 4, 11): every key of the tensor ("tensor", the
@@ -427,15 +481,13 @@ def calibrate_span(x8, vis, seen, s_x, e0: int, e1: int, H: int, Lq: int, Lk: in
     if scope == "tensor":
         n = Lk
     else:
-        n = max(1, int(vis[rs].sum(axis=1).max()) if vis.shape[0] and rs.size else
-                (Lk if rs.size else 0))
+        n = max(1, int(hist[rs].sum(axis=1, dtype=np.int64).max()) if rs.size else 0)
     cols = {"B": [], "S": [], "Dmax": [], "x_scale": [], "kl": []}
     for h in range(H):
         hr = _head_rows_of(e0, e1, h, H, Lq)
         hr = hr[seen[hr]]
         if hr.size:
-            vh = vis[hr] if vis.shape[0] else np.ones((hr.size, Lk), dtype=bool)
-            fit = fit_codes(x8[hr], vh, float(s_x[h]), n)
+            fit = fit_hist(hist[hr], float(s_x[h]), n)
         else:
             fit = (INT16_MAX // n, 0, 0, 1.0, 0.0)
         for key, val in zip(cols, fit, strict=True):

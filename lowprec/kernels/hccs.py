@@ -76,6 +76,7 @@ from ..stats import Stats
 from . import Scheme, register
 from ._check import bool_mask, check_bool, check_choice, check_int, int_input
 from ._hccs_search import (
+    DELTA_BINS,
     DMAX_MAX,
     I16_T,
     INT16_MAX,
@@ -85,6 +86,7 @@ from ._hccs_search import (
     _calibrate_rows,
     _head_scales,
     calibrate_span,
+    code_histograms,
 )
 from ._int8 import check_positive_scale, quantize_problem, unnormalized
 from ._surrogate import NO_VIS, exact_attend, fill_logits, row_block, vis_block, visibility
@@ -718,7 +720,9 @@ def _hccs_attention(prob: Problem, return_stats: bool, params=None, path: str = 
         span = np.repeat(np.arange(len(spans)), [e1 - e0 for e0, e1 in spans])
         xs = np.repeat(s_x[span, np.arange(Bn) % H], Lq)  # each flat row's (span, head)
         fill_logits(prob, qz, quantise, sats.append)
-        fitted = [HccsParams(**calibrate_span(x8, vis, seen, s_x[i], e0, e1, H, Lq, Lk, scope))
+        hist = np.zeros((Bn * Lq, DELTA_BINS), dtype=np.int32)
+        sized(code_histograms, x8.size)(x8, vis, hist)
+        fitted = [HccsParams(**calibrate_span(hist, seen, s_x[i], e0, e1, H, Lq, Lk, scope))
                   for i, (e0, e1) in enumerate(spans)]
     else:
         fitted = [params] * len(spans)

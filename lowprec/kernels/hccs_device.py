@@ -17,17 +17,17 @@ Given parameters (``params=``) run entirely on the device.  The per-call calibra
 (``params=None``) takes each (sequence, head)'s logit scale from the maxima of ``|logit|``
 computed on the device (one float64 per row read back; a max is order-free), then runs the
 CPU's grid search on the host (:func:`._hccs_search.calibrate_span`, the CPU's own code) on
-the int8 logits copied over chunk by chunk: one ``B Lq Lk``-byte host buffer and its transfer
-(plus the visibility as booleans with a mask or causal), i.e. 128 MiB per head at L = 16384,
-and the host's search time, which dominates (as on the CPU path).  The final pass recomputes
-the int8 logits on the device.
+the rows' code histograms, counted on the device (:func:`code_histograms`: integers, exact in
+any order) and read back once (``B Lq x 255`` int16, 8 MiB per head at L = 16384); everything
+the calibration computes in floating point reads the histograms, not the logits, in the same
+order on both paths.  The final pass recomputes the int8 logits on the device.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._hccs_search import calibrate_span, scales_from_amax
+from ._hccs_search import DELTA_BINS, calibrate_span, scales_from_amax
 from ._int8 import check_positive_scale, unnormalized
 from .device_rows import DeviceProblem, chunks, quantize_problem
 from .hccs import (
@@ -104,6 +104,20 @@ def _x8(dp: DeviceProblem, qz, g0, g1, r0, r1, c_ent, xs_ent):
     return lg, torch.clamp(t, -X8_MAX, X8_MAX), t, rm.visible(dp.Lk, dp.causal)
 
 
+def code_histograms(x8, vis):
+    """int16 ``(n, 255)``: how many visible entries of each row of the chunk's int8 codes ``x8``
+    (float64 ``(n, L)``) have each code (column ``code + 127``; ``vis`` ``(n, L)`` or None:
+    every entry), ``_hccs_search.code_histograms`` on the device (counts are exact in any
+    order; ``Lk <= 32767`` keeps them in int16)."""
+    import torch
+
+    n = x8.shape[0]
+    idx = x8.to(torch.int64) + X8_MAX
+    idx += torch.arange(0, n * DELTA_BINS, DELTA_BINS, device=x8.device)[:, None]
+    idx = idx.reshape(-1) if vis is None else idx[vis]
+    return torch.bincount(idx, minlength=n * DELTA_BINS).view(n, DELTA_BINS).to(torch.int16)
+
+
 def _spans(group: np.ndarray) -> list:
     bounds = np.flatnonzero(np.diff(group)) + 1
     return list(zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(group)].tolist(),
@@ -119,7 +133,6 @@ def _calibrate(dp: DeviceProblem, qz, c_ent, spans, H: int, scope: str):
     ones = torch.ones(B, dtype=torch.float64, device=dev)
     amax = torch.zeros((B, Lq), dtype=torch.float64, device=dev)
     seen = torch.ones((B, Lq), dtype=torch.bool, device=dev)
-    masked = dp.mask is not None or dp.causal
     for g0, g1, r0, r1 in chunks(dp):
         lg, _, _, vis = _x8(dp, qz, g0, g1, r0, r1, c_ent, ones)
         a = lg.abs() if vis is None else torch.where(vis, lg.abs(), 0.0)
@@ -133,16 +146,12 @@ def _calibrate(dp: DeviceProblem, qz, c_ent, spans, H: int, scope: str):
     span = np.repeat(np.arange(len(spans)), [e1 - e0 for e0, e1 in spans])
     xs_h = s_x[span, np.arange(B) % H]
     xs_ent = torch.from_numpy(xs_h).to(dev)
-    x8_h = np.empty((B * Lq, Lk), dtype=np.int8)
-    vis_h = np.empty((B * Lq, Lk), dtype=np.bool_) if masked else np.zeros((0, 0), np.bool_)
+    hist = torch.empty((B, Lq, DELTA_BINS), dtype=torch.int16, device=dev)
     for g0, g1, r0, r1 in chunks(dp):
         _, x8, _, vis = _x8(dp, qz, g0, g1, r0, r1, c_ent, xs_ent)
-        rs = slice(g0 * Lq + r0, g0 * Lq + r0 + (g1 - g0) * (r1 - r0))
-        x8_h[rs] = x8.to(torch.int8).cpu().numpy()
-        if masked:
-            vis_h[rs] = vis.cpu().numpy()
-    fitted = [HccsParams(**calibrate_span(x8_h, vis_h, seen_h, s_x[i], e0, e1, H, Lq, Lk,
-                                          scope))
+        hist[g0:g1, r0:r1] = code_histograms(x8, vis).view(g1 - g0, r1 - r0, DELTA_BINS)
+    hist_h = hist.view(B * Lq, DELTA_BINS).cpu().numpy()
+    fitted = [HccsParams(**calibrate_span(hist_h, seen_h, s_x[i], e0, e1, H, Lq, Lk, scope))
               for i, (e0, e1) in enumerate(spans)]
     return fitted, xs_h
 
