@@ -622,3 +622,42 @@ def test_reused_causal_verdict_is_checked_again():
     assert [(x.causal, x.masked) for x in run.stats.calls] == [(False, True)]
     with pytest.raises(TypeError, match="mask_cache must be a bool"):
         emulate("baps", mask_cache=1)
+
+
+class _MaskBuffer(torch.nn.Module):
+    """Attention with a boolean mask held in one buffer, as torch.compile's generated code
+    holds the mask of every forward: the caller rewrites it between forwards (``.data``, no
+    version bump)."""
+
+    def __init__(self, L):
+        super().__init__()
+        self.register_buffer("mask", torch.ones(1, 1, L, L, dtype=torch.bool).tril())
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask)
+
+
+@pytest.mark.parametrize("watched", [True, False])
+def test_causal_verdicts_last_one_forward(watched):
+    """A compiled model writes a padded batch's mask into the buffer that held the causal mask
+    of the forward before (reproduced with inductor on a transformers Llama: full, padded,
+    full, padded batches raised at the exit when the answers lasted the context): each
+    outermost forward starts without answers, so the padded forward compares its mask and
+    runs it as a mask, with or without ``model=``; within a forward the answer is reused."""
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(1, 2, 24, 16, generator=g) for _ in range(3))
+    mod = _MaskBuffer(24)
+    pad = mod.mask.clone()
+    pad[..., :3] = False
+    pad[..., :3, 0] = True  # every row keeps a key
+    opts = dict(config="e2e_hif8", block_q=8, block_k=8)
+    with emulate("baps", model=mod if watched else None, **opts) as run:
+        a = mod(q, k, v)
+        v0 = mod.mask._version
+        mod.mask.data.copy_(pad)
+        assert mod.mask._version == v0
+        b = mod(q, k, v)
+    assert torch.equal(a, lp.attention(q, k, v, "baps", causal=True, **opts))
+    assert torch.equal(b.view(torch.int32),
+                       lp.attention(q, k, v, "baps", attn_mask=pad, **opts).view(torch.int32))
+    assert [(c.causal, c.masked) for c in run.stats.calls] == [(True, False), (False, True)]

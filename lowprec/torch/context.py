@@ -441,6 +441,8 @@ class Emulation:
         if _compiling() or not self._mine():  # traced by Dynamo: nothing (lowprec.torch.ops)
             return None
         self._modules_run += 1
+        if not _live(self._mstack):
+            self._mask_verdicts.clear()  # a new outermost forward (_causal_mask)
         self._mstack.append((qual, module, sys._getframe(1)))
         if self.activations is None or id(module) not in self._qsel or not self._innermost():
             return None
@@ -471,6 +473,7 @@ class Emulation:
         if renames:
             self.stats.rename(renames)
         if outermost:
+            self._mask_verdicts.clear()  # a new outermost forward (_causal_mask)
             root = self._auto.root_of(module)
             if id(root) not in self._hf_roots:  # a new top-level model: eager HF models in it
                 self._hf_roots.add(id(root))
@@ -641,8 +644,12 @@ class Emulation:
         answer is checked again on the device, read with the deferred statistics
         (:meth:`_flush` raises a RuntimeError naming the calls): that catches a buffer
         rewritten without a version bump, or freed and reallocated with other contents (a
-        False answer is never a shortcut: such a call reads its mask).
-        ``mask_cache=False`` turns the reuse off (one comparison and read-back per call)."""
+        False answer is never a shortcut: such a call reads its mask).  The answers last one
+        forward: the outermost module call of a watched model (or, without ``model=``, of
+        any model) starts with none, since a compiled model's next forward may write another
+        mask (a padded batch) into the same buffer; calls outside every module share them
+        for the context.  ``mask_cache=False`` turns the reuse off (one comparison and
+        read-back per call)."""
         import torch
 
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
