@@ -49,6 +49,10 @@ LONG_CONTEXT = (
                         "--windows 1 --schemes exaq --budget 530"),
     ("lc_s8_32k.json", "scripts/gpu_long_context.py --parts perplexity --lengths 32768 "
                        "--schemes quant_only,ivit,ibert --budget 540"),
+    ("lc_s9_hccs4k.json", "scripts/gpu_long_context.py --parts perplexity --lengths 4096,16384 "
+                          "--schemes hccs --windows 1"),
+    ("lc_s9_hccs16k.json", "scripts/gpu_long_context.py --parts perplexity --lengths 16384 "
+                           "--schemes hccs --windows 1 --budget 560"),
 )
 
 
@@ -73,6 +77,9 @@ S7_SCHEMES_ISO = "--lengths 4096,16384 --schemes index_softmax_only"
 #: the session-8 commands (e2e_s8.json, e2e_s8b.json; exaq_check_s8.json; stats_s8.json)
 S8_E2E = S7_E2E
 S8_EXAQ = "--schemes exaq --L 4096 16384 --heads 2"
+#: the session-9 commands (hccs_check_s9.json)
+S9_HCCS = "--schemes hccs --L 4096 16384 --heads 2"
+S9_SCHEMES = "--lengths 4096,16384,32768"  # bench_gpu_schemes_s9.json
 
 
 def _load(name: str):
@@ -117,7 +124,15 @@ NOTES = {"lc.json": "This run's 32768-token perplexity stopped with CUDA out of 
                            "text holds one window of 32768 tokens).",
          "lc_s8_exaq.json": "Session 8: exaq after its sigma's sums became exact and its first "
                             "pass moved to the device (docs/design.md, \"Session 8 "
-                            "measurements\"), one window at each length."}
+                            "measurements\"), one window at each length.",
+         "lc_s9_hccs4k.json": "Session 9: hccs after its calibration moved to code histograms "
+                              "counted on the device (docs/design.md, \"Session 9 "
+                              "measurements\"), one window (session 6 scored three); the "
+                              "script's budget estimate skipped 16384, run next.",
+         "lc_s9_hccs16k.json": "Session 9: hccs at 16384 tokens, one window. At 16384 keys "
+                               "the int16 row sum leaves B = 1 and S = 0 (uniform weights "
+                               "over the visible keys); at 32768 keys no B is valid (Lk > "
+                               "32767 raises)."}
 
 
 def perplexity_summary() -> str:
@@ -166,6 +181,23 @@ def schemes(rows: list) -> str:
     for r in rows:
         out.append(f"{r['scheme']:22} {r['L']:>6} {str(r['causal']):>6} {r['ms']:9.3f} "
                    f"{r['sdpa_fp32']:9.3f} {r['x_fp32']:6.2f}x")
+    return "\n".join(out)
+
+
+def schemes_all(rows: list) -> str:
+    """``bench_gpu_schemes.py``'s rows with every column: the call without and with
+    statistics, the ratios to SDPA and to the authors' QFlash kernel (1.76 ms, specs/gpu.md),
+    the peak memory the call added; a scheme timed once above ``--slow`` is marked and not run
+    at longer lengths."""
+    out = [f"{'scheme':19} {'L':>6} {'causal':>6} {'ms':>9} {'stats ms':>9} {'SDPA fp32':>9} "
+           f"{'SDPA bf16':>9} {'x fp32':>7} {'x QFlash':>8} {'peak MiB':>8}"]
+    for r in rows:
+        st = f"{r['ms_stats']:9.3f}" if r.get("ms_stats") is not None else f"{'-':>9}"
+        xq = f"{r['x_authors_qflash']:7.2f}x" if r.get("x_authors_qflash") else f"{'-':>8}"
+        once = "  (timed once)" if r.get("timed_once") else ""
+        out.append(f"{r['scheme']:19} {r['L']:>6} {str(r['causal']):>6} {r['ms']:9.3f} {st} "
+                   f"{r['sdpa_fp32']:9.3f} {r['sdpa_bf16']:9.3f} {r['x_fp32']:6.2f}x {xq} "
+                   f"{r['peak_mib']:8.1f}{once}")
     return "\n".join(out)
 
 
@@ -338,6 +370,15 @@ def document() -> str:
             "`exaq` after its sigma's sums became exact and its first pass moved to the device, "
             "device against CPU: `scripts/gpu_schemes_check.py " + S8_EXAQ + "`:", "",
             "```", schemes_check(_load("exaq_check_s8.json")), "```", ""]
+    out += ["## Session 9: HCCS calibrated from code histograms", "",
+            "`hccs` after its per-call calibration moved to per-row code histograms counted on "
+            "the device (docs/design.md, \"Session 9 measurements\"), device against CPU: "
+            "`scripts/gpu_schemes_check.py " + S9_HCCS + "`:", "",
+            "```", schemes_check(_load("hccs_check_s9.json")), "```", ""]
+    out += ["Every scheme with a device path in one run at (1, 32, L, 128), bfloat16 inputs, "
+            "the whole call (`hccs` calibrates per call; with `Lk > 32767` it raises): "
+            "`benchmarks/bench_gpu_schemes.py " + S9_SCHEMES + "`:", "",
+            "```", schemes_all(_load("bench_gpu_schemes_s9.json")["rows"]), "```", ""]
     return "\n".join(out)
 
 
