@@ -23,6 +23,12 @@ row sums of ``e`` are float32 sums left to right (:func:`lowprec.gpu.rowsum.seq_
 CPU's order; the CPU's exact shortcut for totals up to ``2**24`` gives the same value).  No
 transcendental function and no float GEMM whose order matters: bit-identical by construction.
 
+``ivit`` in float32 order without a mask runs one fused Triton kernel instead of the passes
+over the chunks (:mod:`lowprec.gpu.ivit_kernel`, under :func:`~.device_rows.fused_kernels`:
+CUDA tensors, or CPU tensors under Triton's interpreter): the same operations in the same
+order, per-row counters reduced on the device (:class:`~.device_rows.DeviceStats`), the
+``logit_bits`` range from a per-row ``max |S|`` kernel.
+
 ``exact=True`` (``_baselines_exact``): ``RNE(x / s)`` as a float64 division, every other step
 in int64 (floor divisions, arithmetic shifts by per-entry amounts, I-ViT's saturating sum as a
 sum of terms clamped to ``2**31 - 1``, I-BERT's 93-bit ``RNE(z m31 / 2**k)`` in two 31-bit
@@ -50,7 +56,7 @@ from ._baselines_exact import (
     IVIT_SUM_MAX,
 )
 from ._check import check_bool, check_choice
-from ._int8 import check_positive_scale, unnormalized
+from ._int8 import NORM_TOL, check_positive_scale, unnormalized
 from .baselines import (
     IBERT_A,
     IBERT_N,
@@ -70,7 +76,7 @@ from .baselines import (
     ibert_scale,
     ivit_scale,
 )
-from .device_rows import DeviceProblem, chunks, quantize_problem
+from .device_rows import DeviceProblem, DeviceStats, chunks, fused_kernels, quantize_problem
 from .problem import SCALE_SCOPES
 
 _IVIT, _IBERT = "ivit", "ibert"
@@ -215,7 +221,7 @@ def _ibert_norm(e, ok, good, ent, m31, inv_shift, out_bits: int, counts):
 def _groups(dp: DeviceProblem, scope: str) -> np.ndarray:
     """The group of every entry (host int64 ``(B,)``): one per sequence or one in all."""
     if scope == "visible":
-        return dp.sequences().cpu().numpy()
+        return dp.seq_ids()
     return np.zeros(dp.B, dtype=np.int64)
 
 
@@ -240,36 +246,126 @@ def _attention(dp: DeviceProblem, return_stats: bool, name: str, out_bits, exact
     scope = check_choice(scale_scope, "scale_scope", SCALE_SCOPES)
     check_positive_scale(dp.scale, "I-ViT / I-BERT", "the integer softmax takes logits in "
                          "units of s_q s_k scale > 0")
-    B, dev = dp.B, dp.device
+    dev = dp.device
     unit = ivit_scale(ob) if name == _IVIT else ibert_scale(ob)
-    qz = quantize_problem(dp, "per_tensor", 128, scope)
+    # the fused kernel (lowprec.gpu.ivit_kernel): ivit's float32 order without a mask
+    fused = name == _IVIT and not ex and dp.mask is None and fused_kernels(dp)
+    qz = quantize_problem(dp, "per_tensor", 128, scope, codes_kv=fused)
     group = _groups(dp, scope)
-    s_ent = (qz.sq_row[:, 0].cpu().numpy().astype(np.float64)
-             * qz.sk.cpu().numpy().astype(np.float64) * dp.scale).astype(np.float32)
+    hs = qz.host  # (the scales' host copies, read back by quantize_problem)
+    sq_h = hs["sq"][:, 0] if hs is not None else qz.sq_row[:, 0].cpu().numpy()
+    sk_h = hs["sk"] if hs is not None else qz.sk.cpu().numpy()
+    s_ent = (sq_h.astype(np.float64) * sk_h.astype(np.float64) * dp.scale).astype(np.float32)
     s_row = torch.from_numpy(s_ent.astype(np.float64)).to(dev)
-    part = dp.taking_part()[0] if scope == "visible" else None
     req = None
     s_in = s_ent
     if lb is not None:  # pass: the logits' range per entry, then per group
         qmax = 2 ** (lb - 1) - 1
-        amax = torch.zeros(B, dtype=torch.float32, device=dev)
-        for g0, g1, r0, r1 in chunks(dp):
-            x, vis, ent = _logits(dp, qz, g0, g1, r0, r1, s_row, None)
-            a = x.abs()
-            keep = ~torch.isnan(a) if vis is None else vis & ~torch.isnan(a)
-            if part is not None:
-                keep = keep & part[g0:g1, r0:r1].reshape(-1)[:, None]
-            ra = torch.where(keep, a, 0.0).amax(dim=1)
-            amax = amax.scatter_reduce(0, ent, ra, reduce="amax")
+        if fused:
+            amax = _fused_amax(dp, qz, s_row)
+        else:
+            amax = _logit_amax(dp, qz, s_row, scope)
         am = _per_group(amax.cpu().numpy(), group, np.max)
         s_x = np.array([np.float32(float(a) / qmax) if a > 0 else np.float32(1.0)
                         for a in am], dtype=np.float32)
         req = (torch.from_numpy(s_x.astype(np.float64)).to(dev), float(qmax))
         s_in = s_x
     s_in = np.where(s_in > 0, s_in, np.float32(1.0)).astype(np.float32)
+    if fused:
+        return _ivit_fused(dp, qz, group, s_in, s_row, req, ob, unit, return_stats)
     run = _exact_rows if ex else _f32_rows
     y_of, counts = run(dp, qz, name, group, s_in, s_row, req, ob)
     return _finish(dp, qz, unit, y_of, counts, return_stats)
+
+
+def _logit_amax(dp: DeviceProblem, qz, s_row, scope: str):
+    """float32 ``(B,)``: per entry the largest ``|x|`` of the visible, non-NaN logits of the
+    rows taking part (the CPU's ``_logit_amax``), a pass over the chunks."""
+    import torch
+
+    part = dp.taking_part()[0] if scope == "visible" else None
+    amax = torch.zeros(dp.B, dtype=torch.float32, device=dp.device)
+    for g0, g1, r0, r1 in chunks(dp):
+        x, vis, ent = _logits(dp, qz, g0, g1, r0, r1, s_row, None)
+        a = x.abs()
+        keep = ~torch.isnan(a) if vis is None else vis & ~torch.isnan(a)
+        if part is not None:
+            keep = keep & part[g0:g1, r0:r1].reshape(-1)[:, None]
+        ra = torch.where(keep, a, 0.0).amax(dim=1)
+        amax = amax.scatter_reduce(0, ent, ra, reduce="amax")
+    return amax
+
+
+def _fused_amax(dp: DeviceProblem, qz, s_row):
+    """:func:`_logit_amax` without a mask from the kernel's per-row largest visible ``|S|``:
+    ``|x| = fp32(fp64(|S|) s_ent)`` is monotone in ``|S|`` (and never NaN), and a row that
+    sees no key (the only rows that do not take part) gives 0."""
+    import torch
+
+    from ..gpu.ivit_kernel import row_absmax
+
+    k8, _ = qz.int8_kv()
+    top = row_absmax(qz.q8i, k8, causal=dp.causal).amax(dim=1)
+    return (top.double() * s_row).to(torch.float32)
+
+
+def _group_scales(name: str, group, s_in):
+    """``(first, kc, s_chk)``: the checked logit unit of each group (``_check_scale``) and
+    I-BERT's constants, once per group in group order as the CPU checks them, and the unit of
+    every entry (float32 ``(B,)``)."""
+    first, kc = {}, {}
+    for b in range(len(group)):
+        if group[b] not in first:
+            first[group[b]] = s = _check_scale(float(s_in[b]))
+            if name == _IBERT:
+                kc[group[b]] = _ibert_consts(s, False)
+    return first, kc, np.array([first[g] for g in group], dtype=np.float32)
+
+
+def _ivit_x0(s_chk):
+    """I-ViT's ``x0 = floor(-fl32(1 / s))`` and ``n x0`` per entry (float32, the CPU's)."""
+    x0 = np.array([np.float32(np.floor(-_div_py(1.0, s))) for s in s_chk], np.float32)
+    return x0, (np.float32(IVIT_N) * x0).astype(np.float32)
+
+
+def _ivit_fused(dp: DeviceProblem, qz, group, s_in, s_row, req, ob: int, unit: float,
+                return_stats: bool):
+    """``ivit`` (float32 order, no mask) by the fused kernel (:mod:`lowprec.gpu.ivit_kernel`):
+    ``(out, DeviceStats)``, the counters reduced on the device from the kernel's per-row
+    columns (no read-back in the call)."""
+    import torch
+
+    from ..gpu.ivit_kernel import STATE_BAD, STATE_EMPTY, STATE_ROW, ivit_rows
+
+    dev = dp.device
+    s_chk = _group_scales(_IVIT, group, s_in)[2]
+    x0, nx0 = _ivit_x0(s_chk)
+    cst = torch.from_numpy(np.stack([s_chk, x0, nx0], axis=1).astype(np.float32)).to(dev)
+    k8, v8 = qz.int8_kv()
+    svu = qz.sv.double() * unit  # (exact: a power of two)
+    out, info = ivit_rows(qz.q8i, k8, v8, s_row, s_row if req is None else req[0], cst, svu,
+                          qmax=0 if req is None else int(req[1]), out_bits=ob,
+                          causal=dp.causal, requant=req is not None)
+    if not return_stats:
+        return out, None
+    state = info[..., 0]
+    full = 1.0 / unit
+    tot = info[..., 1:4].sum(dim=(0, 1))
+    zero = torch.zeros_like(tot[:1])
+    counts = torch.cat([(state == STATE_EMPTY).sum(dtype=torch.int64).reshape(1),
+                        (state == STATE_BAD).sum(dtype=torch.int64).reshape(1),
+                        tot[0:2], zero, tot[2:3]])  # the order of BaselineStats._COUNTERS
+    # unnormalized(): not |sum y - full| <= NORM_TOL full in float64, among the rows not NaN
+    near = (info[..., 4].double() - full).abs() <= NORM_TOL * full
+    off = ((state == STATE_ROW) & ~near).sum(dtype=torch.int64).reshape(1)
+    rows = dp.B * dp.Lq
+
+    def build(host):
+        st = _stats_from(np.asarray(host[:_NCOUNT], dtype=np.int64), rows)
+        st.unnormalized_rows = int(host[_NCOUNT])
+        return st
+
+    return out, DeviceStats([counts, off], build)
 
 
 def _f32_rows(dp: DeviceProblem, qz, name: str, group, s_in, s_row, req, ob: int):
@@ -278,18 +374,11 @@ def _f32_rows(dp: DeviceProblem, qz, name: str, group, s_in, s_row, req, ob: int
     import torch
 
     B, dev = dp.B, dp.device
-    first, kc = {}, {}  # the checks and constants once per group, in group order
-    for b in range(B):
-        if group[b] not in first:
-            first[group[b]] = s = _check_scale(float(s_in[b]))
-            if name == _IBERT:
-                kc[group[b]] = _ibert_consts(s, False)
-    s_chk = np.array([first[g] for g in group], dtype=np.float32)
+    first, kc, s_chk = _group_scales(name, group, s_in)
     pow2 = _pow2_table(IVIT_N if name == _IVIT else IBERT_N, dev)
     counts = torch.zeros(_NCOUNT, dtype=torch.int64, device=dev)
     if name == _IVIT:
-        x0 = np.array([np.float32(np.floor(-_div_py(1.0, s))) for s in s_chk], np.float32)
-        nx0 = (np.float32(IVIT_N) * x0).astype(np.float32)
+        x0, nx0 = _ivit_x0(s_chk)
         cst = _Consts(dev, s=s_chk, x0=x0, nx0=nx0)
     else:
         x0 = np.array([kc[g][0] for g in group], np.float32)
