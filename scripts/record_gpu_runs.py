@@ -80,6 +80,12 @@ S8_EXAQ = "--schemes exaq --L 4096 16384 --heads 2"
 #: the session-9 commands (hccs_check_s9.json)
 S9_HCCS = "--schemes hccs --L 4096 16384 --heads 2"
 S9_SCHEMES = "--lengths 4096,16384,32768"  # bench_gpu_schemes_s9.json
+S9_IVIT = "--schemes ivit --L 4096 16384 --heads 2"  # ivit_check_s9.json
+S9_IVIT_BENCH = "--schemes ivit --lengths 4096,16384,32768"  # bench_ivit_s9.json
+S9_E2E = ("--lengths 2048,32768 --compile --schemes hif8,intattention "
+          "--long-schemes hif8,intattention --repeat 9")  # e2e_s9.json
+S9_AUTHORS = ("--authors-dir .authors --lengths 4096,16384 --causal no --intfa-config 32,128,3,4 "
+              "--ours qflash,intflash,intflash:variant=half,intattention,quant_only,ivit")
 
 
 def _load(name: str):
@@ -237,6 +243,8 @@ def authors(lines_json: list) -> str:
                      ("ours:intflash", t.get("intfa_full_host"), "INT-FA full"),
                      ("ours:intflash:variant=half", t.get("intfa_half_host"), "INT-FA half"),
                      ("ours:intattention", qf, "QFlash"))
+            pairs += tuple((k, qf, "QFlash") for k in t if k.startswith("ours:")
+                           and k not in {p[0] for p in pairs})
             for ours, theirs, what in pairs:
                 if ours in t and theirs:
                     out.append(f"  L={L} causal={causal}: {ours} / {what} = "
@@ -379,6 +387,17 @@ def document() -> str:
             "the whole call (`hccs` calibrates per call; with `Lk > 32767` it raises): "
             "`benchmarks/bench_gpu_schemes.py " + S9_SCHEMES + "`:", "",
             "```", schemes_all(_load("bench_gpu_schemes_s9.json")["rows"]), "```", ""]
+    out += ["`ivit`'s fused kernel (docs/design.md, \"Fused Triton kernels of the row-wise "
+            "schemes\"), device against CPU: `scripts/gpu_schemes_check.py " + S9_IVIT + "`:",
+            "", "```", schemes_check(_load("ivit_check_s9.json")), "```", "",
+            "and its whole call: `benchmarks/bench_gpu_schemes.py " + S9_IVIT_BENCH + "`:", "",
+            "```", schemes_all(_load("bench_ivit_s9.json")["rows"]), "```", "",
+            "The authors' kernels in one process with the integer schemes (after `ivit`'s "
+            "kernel): `benchmarks/bench_authors.py " + S9_AUTHORS + "`:", "",
+            "```", authors(_load("bench_authors_s9.json")["rows"]), "```", "",
+            "End to end, the 1.1B Llama-shaped model: `benchmarks/bench_gpu_emulate.py "
+            + S9_E2E + "`:", "",
+            "```", e2e(_load("e2e_s9.json")), "```", ""]
     return "\n".join(out)
 
 
