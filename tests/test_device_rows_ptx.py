@@ -1,12 +1,12 @@
 """The Triton kernels of the row-wise schemes' device paths (``lowprec.gpu.rowsum``,
 ``lowprec.gpu.index_attention``, ``lowprec.gpu.qflash_kernel``, ``lowprec.gpu.intflash_kernel``,
 ``lowprec.gpu.exp2f``, ``lowprec.gpu.int8codes``, ``lowprec.gpu.rowstats``,
-``lowprec.gpu.quant_only_kernel``, ``lowprec.gpu.ivit_kernel``, ``lowprec.gpu.callstats``)
-compiled
-ahead of time for sm_90 (no GPU needed, specs/gpu.md section 4): its PTX holds the sequential
-IEEE adds (``add.f32`` / ``add.f64``, round to nearest) and none of the forbidden instructions
-(``scripts/gpu_ptx_check.FORBIDDEN``: approximate or flushing arithmetic, FMA, saturating
-narrow conversions).  Runs in a subprocess without ``TRITON_INTERPRET``."""
+``lowprec.gpu.quant_only_kernel``, ``lowprec.gpu.ivit_kernel`` (``ivit``, ``ibert``),
+``lowprec.gpu.callstats``) compiled ahead of time for sm_90 (no GPU needed, specs/gpu.md
+section 4): its PTX holds the sequential IEEE adds (``add.f32`` / ``add.f64``, round to
+nearest) and none of the forbidden instructions (``scripts/gpu_ptx_check.FORBIDDEN``:
+approximate or flushing arithmetic, FMA, saturating narrow conversions).  Runs in a
+subprocess without ``TRITON_INTERPRET``."""
 
 from __future__ import annotations
 
@@ -365,29 +365,41 @@ _IVIT_SCRIPT = """
 import json, re, sys
 sys.path.insert(0, "scripts")
 from gpu_ptx_check import FORBIDDEN, _compile
-from lowprec.gpu.ivit_kernel import LAUNCH, _ivit_kernel, _row_absmax_kernel
+from lowprec.gpu.ivit_kernel import LAUNCH, _ibert_emax_kernel, _row_absmax_kernel, _rows_kernel
 
 def scan(ptx):
     lines = [ln.strip() for ln in ptx.splitlines()]
     mma = [s.split()[0] for s in lines if re.match(r"(wg)?mma\\.(sync|mma_async)", s)]
     return {"bad": [s for s in lines if FORBIDDEN.search(s)][:5],
             "add32": len([s for s in lines if re.match(r"add\\.(rn\\.)?f32\\b", s)]),
+            "mul64": len([s for s in lines if re.match(r"mul\\.(rn\\.)?f64\\b", s)]),
             "div": sorted(set(re.findall(r"\\bdiv\\.[a-z0-9.]+", ptx))),
             "imma": len([m for m in mma if m.endswith(".s32.s8.s8")]),
             "float_mma": [m for m in mma if not m.endswith(".s32.s8.s8")]}
 
 sig = {"Q8": "*i8", "K8": "*i8", "V8": "*i8", "S64": "*fp64", "SX64": "*fp64", "CST": "*fp32",
-       "SVU": "*fp64", "OUT": "*fp32", "INFO": "*i64", "b0": "i32", "Lq": "i32", "Lk": "i32",
-       "D": "i32", "DV": "i32", "shift": "i32", "qmax": "i32", "kmax32": "i32"}
-runs = [(LAUNCH, c, r, 16) for c in (False, True) for r in (False, True)]
-runs += [(LAUNCH, True, True, 8), (LAUNCH, True, True, 2),
-         ((64, 64, 32, 64, 8, 1), False, True, 16)]
+       "MUL": "*fp64", "SVU": "*fp64", "OUT": "*fp32", "INFO": "*i64", "b0": "i32",
+       "Lq": "i32", "Lk": "i32", "D": "i32", "DV": "i32", "shift": "i32", "qmax": "i32",
+       "kmax32": "i32"}
+runs = [(LAUNCH, False, c, r, 16) for c in (False, True) for r in (False, True)]
+runs += [(LAUNCH, False, True, True, 8), (LAUNCH, False, True, True, 2),
+         ((64, 64, 32, 64, 8, 1), False, False, True, 16)]
+runs += [(LAUNCH, True, False, False, 8), (LAUNCH, True, True, True, 16),
+         ((64, 64, 32, 64, 8, 1), True, True, False, 13)]
 rep = []
-for launch, causal, req, bits in runs:
+for launch, ibert, causal, req, bits in runs:
     bm, bn, sub, bn3, warps, stages = launch
-    c = dict(CAUSAL=causal, REQ=req, OUT_BITS=bits, ND=-(-bits // 7), BM=bm, BN=bn, SUB=sub,
-             BN3=bn3, BD=128, BDV=64)
-    rep.append(dict(scan(_compile(_ivit_kernel, sig, c, warps, num_stages=stages)), c=c))
+    c = dict(IBERT=ibert, CAUSAL=causal, REQ=req, OUT_BITS=bits,
+             ND=-(-(bits + int(ibert)) // 7), BM=bm, BN=bn, SUB=sub, BN3=bn3, BD=128, BDV=64)
+    rep.append(dict(scan(_compile(_rows_kernel, sig, c, warps, num_stages=stages)), c=c))
+sig = {"Q8": "*i8", "K8": "*i8", "S64": "*fp64", "SX64": "*fp64", "CST": "*fp32",
+       "OUT": "*fp32", "b0": "i32", "Lq": "i32", "Lk": "i32", "D": "i32", "shift": "i32",
+       "qmax": "i32"}
+emax = []
+for causal, req in ((False, False), (True, True)):
+    c = dict(CAUSAL=causal, REQ=req, BM=LAUNCH[0], BN=LAUNCH[1], BD=128)
+    emax.append(dict(scan(_compile(_ibert_emax_kernel, sig, c, LAUNCH[4],
+                                   num_stages=LAUNCH[5])), c=c))
 sig = {"Q8": "*i8", "K8": "*i8", "OUT": "*i32", "b0": "i32", "Lq": "i32", "Lk": "i32",
        "D": "i32", "shift": "i32"}
 amax = []
@@ -395,25 +407,32 @@ for causal in (False, True):
     c = dict(CAUSAL=causal, BM=LAUNCH[0], BN=LAUNCH[1], BD=128)
     amax.append(dict(scan(_compile(_row_absmax_kernel, sig, c, LAUNCH[4],
                                    num_stages=LAUNCH[5])), c=c))
-print(json.dumps({"kernel": rep, "amax": amax}))
+print(json.dumps({"kernel": rep, "emax": emax, "amax": amax}))
 """
 
 
 def test_ivit_kernel_compiles_to_clean_ptx():
-    """The fused ``ivit`` kernel (causal or not, with and without the logit requantisation,
-    1, 2 and 3 digit accumulators, its launch setting and another) and the row ``max |S|``
-    kernel: nothing forbidden (no FMA, no ``.ftz``: the float32 floors are integer
-    conversions, not libdevice's ``floorf``); IEEE divisions only (``div.rn.f32``, and
-    ``div.rn.f64`` for the requantisation); the float32 row sum's chain of ``add.f32``; the
-    score GEMMs and the digit products on int8 tensor cores and no float tensor-core
-    product."""
+    """The fused ``ivit`` and ``ibert`` kernel (causal or not, with and without the logit
+    requantisation, 1, 2 and 3 digit accumulators, its launch setting and another),
+    I-BERT's row ``max e`` kernel and the row ``max |S|`` kernel: nothing forbidden (no FMA,
+    no ``.ftz``: the float32 floors are integer conversions, not libdevice's ``floorf``);
+    IEEE divisions only (``div.rn.f32``, and ``div.rn.f64`` for the requantisation); the
+    float32 row sum's chain of ``add.f32``; I-BERT's float64 products of its 16-bit
+    requantisation (``mul.f64``); the score GEMMs and the digit products on int8 tensor
+    cores and no float tensor-core product."""
     rep = _ptx_report(_IVIT_SCRIPT)
-    assert len(rep["kernel"]) == 7 and len(rep["amax"]) == 2
+    assert len(rep["kernel"]) == 10 and len(rep["emax"]) == 2 and len(rep["amax"]) == 2
     for r in rep["kernel"]:
         c = r["c"]
         assert r["bad"] == [], r
         assert set(r["div"]) == ({"div.rn.f32", "div.rn.f64"} if c["REQ"] else {"div.rn.f32"}), r
         assert r["add32"] >= c["SUB"], r
         assert r["imma"] >= 4 and r["float_mma"] == [], r
+        if c["IBERT"]:
+            assert r["mul64"] >= 2, r
+    for r in rep["emax"]:
+        assert r["bad"] == [] and r["imma"] >= 2 and r["float_mma"] == [], r
+        assert set(r["div"]) == ({"div.rn.f32", "div.rn.f64"} if r["c"]["REQ"]
+                                 else {"div.rn.f32"}), r
     for r in rep["amax"]:
         assert r["bad"] == [] and r["div"] == [] and r["imma"] >= 1 and r["float_mma"] == [], r

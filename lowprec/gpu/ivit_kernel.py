@@ -1,11 +1,14 @@
-"""The fused device kernel of ``ivit`` (I-ViT Shiftmax on int8 q, k, v, the float32-order
-variant, ``exact=False``) for calls without a mask: one program per block of query rows of one
-entry, three passes over the keys, no ``L x L`` plane in memory (docs/design.md "Fused Triton
-kernels of the row-wise schemes").
+"""The fused device kernels of ``ivit`` (I-ViT Shiftmax) and ``ibert`` (I-BERT's integer
+softmax) on int8 q, k, v, the float32-order variant (``exact=False``), for calls without a
+mask: one program per block of query rows of one entry, three passes over the keys, no ``L x
+L`` plane in memory (docs/design.md "Fused Triton kernels of the row-wise schemes").  One
+kernel, :func:`_rows_kernel`, serves both (the constexpr ``IBERT`` picks the surrogate);
+I-BERT has a first kernel, :func:`_ibert_emax_kernel`, for its group's ``max(e)``.
 
-It computes what :func:`lowprec.kernels.baselines_device._f32_rows` (with ``_ivit_rows`` and
-``_finish``) computes in torch operations and the CPU's ``_baselines_f32._ivit_f32`` in Numba,
-row by row, the same IEEE operations in the same order (every float32 step one rounding)::
+They compute what :func:`lowprec.kernels.baselines_device._f32_rows` (with ``_ivit_rows``, or
+``_ibert_e`` and ``_ibert_norm``, and ``_finish``) computes in torch operations and the CPU's
+``_baselines_f32._ivit_f32`` / ``_ibert_exp_f32`` and ``_ibert_norm_f32`` in Numba, row by
+row, the same IEEE operations in the same order (every float32 step one rounding)::
 
     S   = q8 k8^T                          int8 tl.dot into int32 (exact in any order)
     x   = fp32(fp64(S) s_ent)              float64 product, rounded to float32
@@ -15,6 +18,7 @@ row by row, the same IEEE operations in the same order (every float32 step one r
           bad (NaN out), a row with none is empty (NaN out)
     xs  = fp32(x / s)                      tl.math.div_rn
     m   = max xs over the used keys        (order-free)
+  I-ViT (n = 15):
     t   = xs - m;  t = (t + floor(t 0.5)) - floor(t 0.0625)      (products exact: powers of 2)
     t   = max(t, n x0)  (a clamp: counted)
     q   = floor(fp32(t / x0));  r = t - fp32(x0 q);  u = fp32(r 0.5) - x0
@@ -23,47 +27,72 @@ row by row, the same IEEE operations in the same order (every float32 step one r
                                            keys not used add +0.0, which changes no sum
     z   = min(z, 2**31) (counted);  f = floor(fp32(2**31 / z))
     y   = floor(fp32(fp32(e f) 2**-(32 - out_bits)))
-    acc = y v8                             int8 tl.dots of y's 7-bit digits into int32
-    out = fp32(fp64(acc) fp64(s_v 2**-(out_bits - 1)))
+    out = fp32(fp64(y v8) fp64(s_v 2**-(out_bits - 1)))
+  I-BERT (n = 30; x0i, bi, ci, m31, shift per group):
+    t   = max(xs - m, n x0i)  (a clamp: counted)
+    q   = floor(fp32(t / x0i));  r = t - fp32(x0i q)
+    e   = floor(fp32(fp32(fp32(r fp32(r + bi)) + ci) 2**(n - q))), 0 if negative or not used
+    (first kernel: the row's largest e; the host takes the group's and derives m31, shift)
+    v   = RNE(fp64(fp64(e) m31) 2**-shift) two float64 roundings, half to even
+    e16 = min(v, 32767) (v > 32767 counted) as float32 (exact: an integer)
+    z   = sum_j e16_j, j ascending         float32, one add at a time
+    f   = floor(fp32(2**32 / z))
+    y   = floor(fp32(fp32(e16 f) 2**-(32 - out_bits)))
+    out = fp32(fp64(y v8) fp64(s_v 2**-out_bits)); rows of a group with m31 = 0 NaN
+    (live rows: good and m31 > 0; the requantisation clamps and zero outputs count there)
 
 ``/ 2**k`` of the torch path is taken as ``* 2**-k`` here: both are the correctly rounded
-value of the same real number, so the same float32.  Pass 1 takes the used count, the bad
-flag and ``m`` over key tiles of ``BN`` keys, pass 2 ``e``, ``z``, the floor clamps and each
-row's largest ``e`` over sub-tiles of ``SUB`` keys (the left-to-right chain of
-:func:`~._tiles.seq_cols`, not a tree), pass 3 ``y``, its row sum, the zero outputs and
-``y v8`` over tiles of ``BN3`` keys; each pass recomputes the scores and the chain (int8
-GEMMs are cheap; ``z`` needs every ``e`` before any ``y``).
+value of the same real number, so the same float32 (the products are normal numbers).
+Pass 1 takes the used count, the bad flag and ``m`` over key tiles of ``BN`` keys, pass 2 the
+sum's terms (``e``, or ``e16``), ``z``, the clamps and each row's largest term over sub-tiles
+of ``SUB`` keys (the left-to-right chain of :func:`~._tiles.seq_cols`, not a tree), pass 3
+``y``, its row sum, the zero outputs and ``y v8`` over tiles of ``BN3`` keys; each pass
+recomputes the scores and the chain (int8 GEMMs are cheap; ``z`` needs every term before any
+``y``).  I-BERT's first kernel is pass 1 and ``e``'s maximum over tiles of ``BN`` keys (its
+value is ``ci 2**30`` in every good row, at ``t = 0``, but it is computed as the torch path
+does).
 
-**``y v8`` exactly.**  ``y`` is a non-negative integer (float32).  A row whose sum did not
-clamp has ``fp32(e f) <= 2**31`` (``e f <= z floor(2**31 / z)``), so ``y <= 2**(out_bits -
+**RNE in float64.**  ``v >= 0`` lies below about ``2**16`` (``e <= max(e)``, ``m31
+2**-shift ~ 32767 / max(e)``): ``floor`` of a float64 (``cvt.rmi.f64``, no flushing in
+float64) is exact, ``v - floor(v)`` is exact, and one is added above a half or at a half from
+an odd floor: torch's ``round``.
+
+**``y v8`` exactly.**  ``y`` is a non-negative integer (float32).  I-ViT: a row whose sum did
+not clamp has ``fp32(e f) <= 2**31`` (``e f <= z floor(2**31 / z)``), so ``y <= 2**(out_bits -
 1)``; a clamped row (``f = 1``) may go up to ``e / 2**(32 - out_bits) < 2**40`` (``e <= -x0
-2**15``, ``-x0 <= 2**40``).  The products take ``y`` apart in 7-bit digits ``y = sum_k d_k
-2**(7 k)``, ``0 <= d_k <= 127``, each an int8 ``tl.dot`` with ``v8`` into int32 (exact in any
-order while ``127 * 127 * Lk < 2**31``), recombined in int64.  The kernel bounds the block's
-largest ``y`` from pass 2 (``floor(fp32(fp32(max e f) 2**-k))``: every step monotone); when it
-is below ``2**(7 ND)`` (``ND = ceil(out_bits / 7)``, a constexpr: 3 digits for the default 16
-bits, 2 for 8) and ``Lk <= 133143``, ``ND`` int32 accumulators run over the tiles; otherwise
-(clamped sums with large ``e``, very long rows) six digits per tile are added into an int64
-accumulator.  ``fp64(acc)`` is exact below ``2**53``, where the torch path's float64 GEMM is
-exact too.
+2**15``, ``-x0 <= 2**40``).  I-BERT: ``z >= e16`` (a float32 sum of non-negative terms), so
+``e16 f <= 2**32`` up to ``f``'s rounding (``<= 2**32 + 2**8``, which rounds to ``2**32``) and
+``y <= 2**out_bits``.  The products take ``y`` apart in 7-bit digits ``y = sum_k d_k 2**(7
+k)``, ``0 <= d_k <= 127``, each an int8 ``tl.dot`` with ``v8`` into int32 (exact in any order
+while ``127 * 127 * Lk < 2**31``), recombined in int64.  The kernel bounds the block's
+largest ``y`` from pass 2 (``floor(fp32(fp32(max term f) 2**-k))``: every step monotone);
+when it is below ``2**(7 ND)`` (``ND``, a constexpr: ``ceil(out_bits / 7)`` for I-ViT,
+``ceil((out_bits + 1) / 7)`` for I-BERT; 3 digits for 16 bits, 2 for 8) and ``Lk <= 133143``,
+``ND`` int32 accumulators run over the tiles; otherwise (I-ViT's clamped sums with large
+``e``, very long rows) six digits per tile are added into an int64 accumulator.
+``fp64(acc)`` is exact below ``2**53``, where the torch path's float64 GEMM is exact too.
 
 ``floor`` of a float32 is :func:`_floor` (integer conversions: ``tl.floor`` of a float32 is
 libdevice's ``floorf``, which flushes subnormals); it gives ``+0.0`` where IEEE gives ``-0.0``
-(for ``-0.0``), which reaches no result: ``(t + floor(t / 2)) - floor(t / 16)`` is ``+0.0``
-for ``t = +-0`` either way, ``q`` enters through ``n - q`` and ``t - x0 q`` (``x0 < 0``, the
-same value for ``q = +-0``), and ``e``, ``f``, ``y`` are floors of positive values.
+(for ``-0.0``), which reaches no result.  I-ViT: ``(t + floor(t / 2)) - floor(t / 16)`` is
+``+0.0`` for ``t = +-0`` either way, ``q`` enters through ``n - q`` and ``t - x0 q`` (``x0 <
+0``, the same value for ``q = +-0``), and ``e``, ``f``, ``y`` are floors of positive values.
+I-BERT: ``q = +-0`` only for ``t = +-0``, where ``r = +0`` either way, so ``e = floor(ci
+2**n)``; ``zz = fp32(. + ci)`` with ``ci >= 1`` is never ``-0.0``, a negative ``e`` becomes
+``+0.0``, and ``f``, ``y`` are floors of values ``>= +0``.
 
 Exact: every step is an integer operation, a comparison, ``floor``, or a correctly rounded
 float32/float64 operation, launched with ``enable_fp_fusion=False`` (no product contracts into
 an FMA; checked with the other forbidden instructions by ``tests/test_device_rows_ptx.py``):
 bit-identical by construction, no transcendental function.
 
-Per row the kernel writes (int64) its state (no used key, normal, bad), its floor clamps, its
-sum clamp, its zero outputs and ``sum y``, from which the caller counts the statistics on the
+Per row the kernel writes (int64) its state (no used key, live, bad, I-BERT's good row of a
+group with ``m31 = 0``), its floor clamps, I-ViT's sum clamp or I-BERT's requantisation
+clamps, its zero outputs and ``sum y``, from which the caller counts the statistics on the
 device (no read-back in the call).  With ``logit_bits`` the group's requantisation range comes
 first from :func:`row_absmax` (per row the largest ``|S|`` over the visible keys: ``|x|`` is
 monotone in ``|S|``, so the entry's ``max |x| = fp32(fp64(max |S|) s_ent)``).  Under
-``TRITON_INTERPRET=1`` both run on CPU tensors (CI).
+``TRITON_INTERPRET=1`` they run on CPU tensors (CI).
 """
 
 from __future__ import annotations
@@ -77,13 +106,18 @@ from ._tiles import kv_tile, pow2, q_tile, scores, seq_cols
 _HALF = tl.constexpr(0.5)
 _SIXTEENTH = tl.constexpr(0.0625)
 _TWO31 = tl.constexpr(2147483648.0)
+_TWO32 = tl.constexpr(4294967296.0)
 _N = tl.constexpr(15)  # I-ViT's shift exponent n (baselines.IVIT_N)
+_NB = tl.constexpr(30)  # I-BERT's shift exponent n (baselines.IBERT_N)
+_E16_MAX = tl.constexpr(32767.0)  # I-BERT's 16-bit requantisation bound (IBERT_E16_MAX)
 _GRID_Y_MAX = 65535
 #: the longest rows whose 7-bit digit products sum in int32 (``127 * 127 * Lk < 2**31``);
 #: longer rows take the int64 accumulator (a module attribute: tests lower it)
 ACC32_MAX_KEYS = (2**31 - 1) // (127 * 127)
 #: the row states of the kernel's first counter column
 STATE_EMPTY, STATE_ROW, STATE_BAD = 0, 1, 2
+#: a good I-BERT row of a group whose multiplier is 0 (no positive ``e``): NaN, not counted
+STATE_DEAD = 3
 #: the per-row counter columns of ``info``
 N_INFO = 5
 
@@ -151,41 +185,74 @@ def _e(xs, m, ok, x0, nx0):
     return tl.where(ok, ev, 0.0), cl & ok
 
 
-@triton.jit(do_not_specialize=("qmax", "kmax32"))
-def _ivit_kernel(Q8, K8, V8, S64, SX64, CST, SVU, OUT, INFO, b0, Lq, Lk, D, DV, shift, qmax,
-                 kmax32,
-                 CAUSAL: tl.constexpr, REQ: tl.constexpr, OUT_BITS: tl.constexpr,
-                 ND: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, SUB: tl.constexpr,
-                 BN3: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
-    """Rows ``BM`` of entry ``b = b0 + program_id(1)``: ``OUT[b, rows]`` float32 and
-    ``INFO[b, rows, 0:5]`` int64 (state, floor clamps, sum clamp, zero outputs, ``sum y``).
-    q8 ``(B, Lq, D)``, k8 ``(B, Lk, D)``, v8 ``(B, Lk, DV)`` (one per query entry); per entry:
-    ``S64`` the logit unit ``s_ent``, ``SX64`` the requantisation scale (float64 ``(B,)``),
-    ``CST`` float32 ``(B, 3)`` ``(s, x0, n x0)``, ``SVU`` float64 ``s_v 2**-(out_bits - 1)``;
-    ``qmax`` the largest logit code (``REQ``); rows of at most ``kmax32`` keys may sum their
-    digit products in int32."""
-    b = b0 + tl.program_id(1)
-    r0 = tl.program_id(0) * BM
+@triton.jit
+def _e_ibert(xs, m, ok, x0, nx0, bi, ci):
+    """I-BERT's i-exp ``e`` (float32, 0 where not ``ok``) and the floor clamps (``ok`` lanes):
+    ``_baselines_f32._ibert_exp_f32`` / ``baselines_device._ibert_e``."""
+    t = tl.where(ok, xs, m[:, None]) - m[:, None]  # t = 0 where not used
+    cl = t < nx0
+    t = tl.where(cl, nx0, t)
+    q = _floor(tl.math.div_rn(t, tl.zeros_like(t) + x0))
+    rr = t - x0 * q
+    zz = rr * (rr + bi) + ci
+    k = _NB - tl.minimum(tl.maximum(q, 0.0), 30.0).to(tl.int32)  # 0 <= n - q <= n
+    p2 = ((k + 127) << 23).to(tl.float32, bitcast=True)  # 2**k from its bits
+    ev = _floor(zz * p2)
+    ev = tl.where(ev < 0, 0.0, ev)
+    return tl.where(ok, ev, 0.0), cl & ok
+
+
+@triton.jit
+def _rne64(v):
+    """Round half to even of non-negative float64 values below ``2**31`` (torch's
+    ``round``): ``floor`` (``cvt.rmi.f64``, no flush in float64), the exact fraction, one up
+    where above a half or at a half from an odd floor."""
+    r = tl.floor(v)
+    fr = v - r  # exact
+    odd = (r.to(tl.int64) & 1) != 0
+    return r + tl.where((fr > 0.5) | ((fr == 0.5) & odd), 1.0, 0.0)
+
+
+@triton.jit
+def _terms(xs, m, use, good, live, x0, nx0, bi, ci, m31, inv, IBERT: tl.constexpr):
+    """The row sum's terms of a key tile (I-ViT: ``e``; I-BERT: ``e16``, its 16-bit
+    requantisation), the floor clamps, the requantisation clamps (I-BERT) and the lanes
+    whose ``y`` takes part (``ok``): used keys of good rows (I-BERT: of live rows)."""
+    ok = use & good[:, None]
+    if IBERT:
+        e, cl = _e_ibert(xs, m, ok, x0, nx0, bi, ci)
+        okl = use & live[:, None]
+        v = _rne64((e.to(tl.float64) * m31) * inv)  # two float64 roundings, as torch
+        rq = okl & (v > _E16_MAX)
+        t = tl.where(okl, tl.minimum(v, _E16_MAX).to(tl.float32), 0.0)  # exact: an integer
+    else:
+        t, cl = _e(xs, m, ok, x0, nx0)
+        okl = ok
+        rq = tl.zeros_like(cl)
+    return t, cl, rq, okl
+
+
+@triton.jit
+def _row_range(r0, Lq, Lk, shift, CAUSAL: tl.constexpr, BM: tl.constexpr):
+    """``(offs_m, rok, lim, n_end)``: the block's rows, which exist, the last key each sees
+    (``-1`` for rows past ``Lq``) and the end of the keys any of them sees."""
     offs_m = r0 + tl.arange(0, BM)
-    offs_d = tl.arange(0, BD)
-    offs_v = tl.arange(0, BDV)
     rok = offs_m < Lq
-    q = q_tile(Q8, b, offs_m, rok, Lq, D, offs_d)
-    s64 = tl.load(S64 + b)
-    sx64 = tl.load(SX64 + b)
-    s32 = tl.load(CST + b * 3)
-    x0 = tl.load(CST + b * 3 + 1)
-    nx0 = tl.load(CST + b * 3 + 2)
-    qm = qmax.to(tl.float64)
     if CAUSAL:
         lim = offs_m + shift  # the last key each row sees (<= Lk - 1)
         n_end = tl.minimum(Lk, r0 + BM + shift)
     else:
         lim = tl.zeros([BM], dtype=tl.int32) + (Lk - 1)
         n_end = Lk
-    lim = tl.where(rok, lim, -1)
+    return offs_m, rok, tl.where(rok, lim, -1), n_end
 
-    # pass 1: used keys, bad rows (a used NaN / +inf) and the row max of xs (order-free)
+
+@triton.jit
+def _scan(q, K8, b, Lk, D, offs_d, s64, sx64, qm, s32, lim, n_end, REQ: tl.constexpr,
+          BM: tl.constexpr, BN: tl.constexpr):
+    """Pass 1 over key tiles of ``BN``: ``(used count, good rows, m)``: a row with a used
+    NaN / ``+inf`` is bad, one with no used key empty; ``m`` the row max of ``xs`` over the
+    used keys (order-free), 0 for rows not good."""
     cnt = tl.zeros([BM], dtype=tl.int32)
     bad = tl.zeros([BM], dtype=tl.int32)
     m = tl.full([BM], float("-inf"), tl.float32)
@@ -197,25 +264,76 @@ def _ivit_kernel(Q8, K8, V8, S64, SX64, CST, SVU, OUT, INFO, b0, Lq, Lk, D, DV, 
         bad = tl.maximum(bad, tl.max((use & ~fin).to(tl.int32), axis=1))
         m = tl.maximum(m, tl.max(tl.where(use & fin, xs, float("-inf")), axis=1))
     good = (cnt > 0) & (bad == 0)
-    m = tl.where(good, m, 0.0)
+    return cnt, good, tl.where(good, m, 0.0)
 
-    # pass 2: e, z left to right in float32, the floor clamps, the row's largest e
+
+@triton.jit(do_not_specialize=("qmax", "kmax32"))
+def _rows_kernel(Q8, K8, V8, S64, SX64, CST, MUL, SVU, OUT, INFO, b0, Lq, Lk, D, DV, shift,
+                 qmax, kmax32,
+                 IBERT: tl.constexpr, CAUSAL: tl.constexpr, REQ: tl.constexpr,
+                 OUT_BITS: tl.constexpr, ND: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                 SUB: tl.constexpr, BN3: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
+    """Rows ``BM`` of entry ``b = b0 + program_id(1)``: ``OUT[b, rows]`` float32 and
+    ``INFO[b, rows, 0:5]`` int64 (state, floor clamps, I-ViT's sum clamp or I-BERT's
+    requantisation clamps, zero outputs, ``sum y``).  q8 ``(B, Lq, D)``, k8 ``(B, Lk, D)``,
+    v8 ``(B, Lk, DV)`` (one per query entry); per entry: ``S64`` the logit unit ``s_ent``,
+    ``SX64`` the requantisation scale (float64 ``(B,)``), ``CST`` float32 ``(B, 5)`` (I-ViT
+    ``(s, x0, n x0, -, -)``, I-BERT ``(s, x0i, n x0i, bi, ci)``), ``MUL`` float64 ``(B, 2)``
+    I-BERT's ``(m31, 2**-shift)`` (read with ``IBERT``), ``SVU`` float64 ``s_v unit``;
+    ``qmax`` the largest logit code (``REQ``); rows of at most ``kmax32`` keys may sum their
+    digit products in int32."""
+    b = b0 + tl.program_id(1)
+    r0 = tl.program_id(0) * BM
+    offs_m, rok, lim, n_end = _row_range(r0, Lq, Lk, shift, CAUSAL, BM)
+    offs_d = tl.arange(0, BD)
+    offs_v = tl.arange(0, BDV)
+    q = q_tile(Q8, b, offs_m, rok, Lq, D, offs_d)
+    s64 = tl.load(S64 + b)
+    sx64 = tl.load(SX64 + b)
+    s32 = tl.load(CST + b * 5)
+    x0 = tl.load(CST + b * 5 + 1)
+    nx0 = tl.load(CST + b * 5 + 2)
+    bi = tl.load(CST + b * 5 + 3)
+    ci = tl.load(CST + b * 5 + 4)
+    qm = qmax.to(tl.float64)
+
+    # pass 1: used keys, bad rows and the row max of xs
+    cnt, good, m = _scan(q, K8, b, Lk, D, offs_d, s64, sx64, qm, s32, lim, n_end, REQ, BM, BN)
+    if IBERT:
+        m31 = tl.load(MUL + b * 2)
+        inv = tl.load(MUL + b * 2 + 1)
+        # m31 = 0: the group has no positive e, its rows are NaN
+        live = good & ((tl.zeros([BM], dtype=tl.float64) + m31) > 0.0)
+    else:
+        m31 = s64
+        inv = s64
+        live = good
+
+    # pass 2: the terms, z left to right in float32, the clamps, the row's largest term
     z = tl.zeros([BM], dtype=tl.float32)
-    emax = tl.zeros([BM], dtype=tl.float32)
+    tmax = tl.zeros([BM], dtype=tl.float32)
     nfl = tl.zeros([BM], dtype=tl.int32)
+    nrq = tl.zeros([BM], dtype=tl.int32)
     for n0 in range(0, n_end, SUB):
         cols = n0 + tl.arange(0, SUB)
         x, xs, use = _xs(q, K8, b, Lk, D, cols, offs_d, s64, sx64, qm, s32, lim, REQ)
-        e, cl = _e(xs, m, use & good[:, None], x0, nx0)
+        t, cl, rq, okl = _terms(xs, m, use, good, live, x0, nx0, bi, ci, m31, inv, IBERT)
         nfl += tl.sum(cl.to(tl.int32), axis=1)
-        emax = tl.maximum(emax, tl.max(e, axis=1))
-        z = seq_cols(z, e, BM, SUB)
-    sc = z >= _TWO31
-    z = tl.where(sc, _TWO31, z)
-    zs = tl.where(good, z, 1.0)
-    f = _floor(tl.math.div_rn(tl.zeros_like(zs) + _TWO31, zs))
-    inv = 1.0 / (1 << (32 - OUT_BITS))  # 2**-(32 - out_bits), exact
-    ytop = tl.max(tl.where(good, _floor((emax * f) * inv), 0.0), axis=0)
+        nrq += tl.sum(rq.to(tl.int32), axis=1)
+        tmax = tl.maximum(tmax, tl.max(t, axis=1))
+        z = seq_cols(z, t, BM, SUB)
+    if IBERT:
+        zs = tl.where(live, z, 1.0)
+        f = _floor(tl.math.div_rn(tl.zeros_like(zs) + _TWO32, zs))
+        col2 = nrq
+    else:
+        sc = z >= _TWO31
+        z = tl.where(sc, _TWO31, z)
+        zs = tl.where(good, z, 1.0)
+        f = _floor(tl.math.div_rn(tl.zeros_like(zs) + _TWO31, zs))
+        col2 = (sc & good).to(tl.int32)
+    osc = 1.0 / (1 << (32 - OUT_BITS))  # 2**-(32 - out_bits), exact
+    ytop = tl.max(tl.where(live, _floor((tmax * f) * osc), 0.0), axis=0)
 
     # pass 3: y, its row sums, the zero outputs and y v8 in 7-bit digits
     nzero = tl.zeros([BM], dtype=tl.int32)
@@ -227,9 +345,8 @@ def _ivit_kernel(Q8, K8, V8, S64, SX64, CST, SVU, OUT, INFO, b0, Lq, Lk, D, DV, 
         for n0 in range(0, n_end, BN3):
             cols = n0 + tl.arange(0, BN3)
             x, xs, use = _xs(q, K8, b, Lk, D, cols, offs_d, s64, sx64, qm, s32, lim, REQ)
-            ok = use & good[:, None]
-            e, cl = _e(xs, m, ok, x0, nx0)
-            y = tl.where(ok, _floor((e * f[:, None]) * inv), 0.0)
+            t, cl, rq, ok = _terms(xs, m, use, good, live, x0, nx0, bi, ci, m31, inv, IBERT)
+            y = tl.where(ok, _floor((t * f[:, None]) * osc), 0.0)
             nzero += tl.sum((ok & (y == 0.0)).to(tl.int32), axis=1)
             yi = y.to(tl.int32)  # y < 2**21
             ysum += tl.sum(yi, axis=1).to(tl.int64)
@@ -240,14 +357,13 @@ def _ivit_kernel(Q8, K8, V8, S64, SX64, CST, SVU, OUT, INFO, b0, Lq, Lk, D, DV, 
             if ND >= 3:
                 a2 = tl.dot((yi >> 14).to(tl.int8), v, a2, out_dtype=tl.int32)
         acc = a0.to(tl.int64) + (a1.to(tl.int64) << 7) + (a2.to(tl.int64) << 14)
-    else:  # large y (clamped sums) or long rows: six digits a tile into int64
+    else:  # large y (I-ViT's clamped sums) or long rows: six digits a tile into int64
         acc = tl.zeros([BM, BDV], dtype=tl.int64)
         for n0 in range(0, n_end, BN3):
             cols = n0 + tl.arange(0, BN3)
             x, xs, use = _xs(q, K8, b, Lk, D, cols, offs_d, s64, sx64, qm, s32, lim, REQ)
-            ok = use & good[:, None]
-            e, cl = _e(xs, m, ok, x0, nx0)
-            y = tl.where(ok, _floor((e * f[:, None]) * inv), 0.0)
+            t, cl, rq, ok = _terms(xs, m, use, good, live, x0, nx0, bi, ci, m31, inv, IBERT)
+            y = tl.where(ok, _floor((t * f[:, None]) * osc), 0.0)
             nzero += tl.sum((ok & (y == 0.0)).to(tl.int32), axis=1)
             yl = y.to(tl.int64)  # y < 2**40
             ysum += tl.sum(yl, axis=1)
@@ -258,17 +374,50 @@ def _ivit_kernel(Q8, K8, V8, S64, SX64, CST, SVU, OUT, INFO, b0, Lq, Lk, D, DV, 
 
     svu = tl.load(SVU + b)
     o = (acc.to(tl.float64) * svu).to(tl.float32)
-    o = tl.where(good[:, None], o, float("nan"))
+    o = tl.where(live[:, None], o, float("nan"))
     ob = b.to(tl.int64) * Lq * DV
     tl.store(OUT + ob + offs_m[:, None].to(tl.int64) * DV + offs_v[None, :], o,
              mask=rok[:, None] & (offs_v[None, :] < DV))
-    state = tl.where(cnt > 0, tl.where(good, 1, 2), 0)  # STATE_EMPTY / _ROW / _BAD
+    # STATE_EMPTY / _ROW / _BAD / _DEAD
+    state = tl.where(cnt > 0, tl.where(good, tl.where(live, 1, 3), 2), 0)
     ib = INFO + (b.to(tl.int64) * Lq + offs_m) * 5
     tl.store(ib, state.to(tl.int64), mask=rok)
     tl.store(ib + 1, nfl.to(tl.int64), mask=rok)
-    tl.store(ib + 2, (sc & good).to(tl.int64), mask=rok)
+    tl.store(ib + 2, col2.to(tl.int64), mask=rok)
     tl.store(ib + 3, nzero.to(tl.int64), mask=rok)
     tl.store(ib + 4, ysum, mask=rok)
+
+
+@triton.jit(do_not_specialize=("qmax",))
+def _ibert_emax_kernel(Q8, K8, S64, SX64, CST, OUT, b0, Lq, Lk, D, shift, qmax,
+                       CAUSAL: tl.constexpr, REQ: tl.constexpr, BM: tl.constexpr,
+                       BN: tl.constexpr, BD: tl.constexpr):
+    """``OUT[b, i]`` (float32 ``(B, Lq)``): the largest I-BERT ``e`` of row ``i`` of entry
+    ``b = b0 + program_id(1)`` over its used keys, ``-1`` for a row that is not good (the
+    torch path's ``where(ok, e, -1).amax``); arguments as :func:`_rows_kernel`'s.  Pass 1,
+    then ``e`` over key tiles of ``BN`` (a maximum: any order)."""
+    b = b0 + tl.program_id(1)
+    r0 = tl.program_id(0) * BM
+    offs_m, rok, lim, n_end = _row_range(r0, Lq, Lk, shift, CAUSAL, BM)
+    offs_d = tl.arange(0, BD)
+    q = q_tile(Q8, b, offs_m, rok, Lq, D, offs_d)
+    s64 = tl.load(S64 + b)
+    sx64 = tl.load(SX64 + b)
+    s32 = tl.load(CST + b * 5)
+    x0 = tl.load(CST + b * 5 + 1)
+    nx0 = tl.load(CST + b * 5 + 2)
+    bi = tl.load(CST + b * 5 + 3)
+    ci = tl.load(CST + b * 5 + 4)
+    qm = qmax.to(tl.float64)
+    cnt, good, m = _scan(q, K8, b, Lk, D, offs_d, s64, sx64, qm, s32, lim, n_end, REQ, BM, BN)
+    em = tl.full([BM], -1.0, tl.float32)
+    for n0 in range(0, n_end, BN):
+        cols = n0 + tl.arange(0, BN)
+        x, xs, use = _xs(q, K8, b, Lk, D, cols, offs_d, s64, sx64, qm, s32, lim, REQ)
+        ok = use & good[:, None]
+        e, cl = _e_ibert(xs, m, ok, x0, nx0, bi, ci)
+        em = tl.maximum(em, tl.max(tl.where(ok, e, -1.0), axis=1))
+    tl.store(OUT + b.to(tl.int64) * Lq + offs_m, em, mask=rok)
 
 
 @triton.jit
@@ -278,17 +427,9 @@ def _row_absmax_kernel(Q8, K8, OUT, b0, Lq, Lk, D, shift, CAUSAL: tl.constexpr,
     program_id(1)`` sees (0 for a row that sees none); int32 ``(B, Lq)``."""
     b = b0 + tl.program_id(1)
     r0 = tl.program_id(0) * BM
-    offs_m = r0 + tl.arange(0, BM)
+    offs_m, rok, lim, n_end = _row_range(r0, Lq, Lk, shift, CAUSAL, BM)
     offs_d = tl.arange(0, BD)
-    rok = offs_m < Lq
     q = q_tile(Q8, b, offs_m, rok, Lq, D, offs_d)
-    if CAUSAL:
-        lim = offs_m + shift
-        n_end = tl.minimum(Lk, r0 + BM + shift)
-    else:
-        lim = tl.zeros([BM], dtype=tl.int32) + (Lk - 1)
-        n_end = Lk
-    lim = tl.where(rok, lim, -1)
     a = tl.zeros([BM], dtype=tl.int32)
     for n0 in range(0, n_end, BN):
         cols = n0 + tl.arange(0, BN)
@@ -330,6 +471,29 @@ def row_absmax(q8, k8, *, causal: bool, launch: tuple | None = None):
     return out
 
 
+def _launch_rows(ibert: bool, q8, k8, v8, s64, sx64, cst, mul, svu, qmax, out_bits, causal,
+                 requant, launch):
+    import torch
+
+    B, Lq, d = q8.shape
+    Lk, dv = k8.shape[1], v8.shape[2]
+    out = torch.empty((B, Lq, dv), dtype=torch.float32, device=q8.device)
+    info = torch.zeros((B, Lq, N_INFO), dtype=torch.int64, device=q8.device)
+    if B == 0 or Lq == 0:
+        return out, info
+    bm, bn, sub, bn3, warps, stages = LAUNCH if launch is None else launch
+    nd = -(-(int(out_bits) + int(ibert)) // 7)  # digits of y <= 2**(out_bits - 1) / 2**out_bits
+    with device_guard(q8):
+        for b0, nb in _grid_entries(B):
+            _rows_kernel[(triton.cdiv(Lq, bm), nb)](
+                q8, k8, v8, s64, sx64, cst, mul, svu, out, info, b0, Lq, Lk, d, dv, Lk - Lq,
+                int(qmax), int(ACC32_MAX_KEYS), IBERT=bool(ibert), CAUSAL=bool(causal),
+                REQ=bool(requant), OUT_BITS=int(out_bits), ND=nd, BM=bm, BN=bn, SUB=sub,
+                BN3=bn3, BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=warps, num_stages=stages,
+                **LAUNCH_OPTS)
+    return out, info
+
+
 def ivit_rows(q8, k8, v8, s64, sx64, cst, svu, *, qmax: int, out_bits: int, causal: bool,
               requant: bool, launch: tuple | None = None):
     """Run the fused ``ivit`` kernel (module docstring).
@@ -353,23 +517,54 @@ def ivit_rows(q8, k8, v8, s64, sx64, cst, svu, *, qmax: int, out_bits: int, caus
     """
     import torch
 
+    c5 = torch.zeros((cst.shape[0], 5), dtype=torch.float32, device=cst.device)
+    c5[:, :3] = cst
+    return _launch_rows(False, q8, k8, v8, s64, sx64, c5, s64, svu, qmax, out_bits, causal,
+                        requant, launch)
+
+
+def ibert_emax(q8, k8, s64, sx64, cst, *, qmax: int, causal: bool, requant: bool,
+               launch: tuple | None = None):
+    """Per row the largest I-BERT ``e`` over its used keys, float32 ``(B, Lq)``, ``-1`` for
+    rows that are empty or bad (the earlier pass of the torch path; arguments as
+    :func:`ibert_rows`')."""
+    import torch
+
     B, Lq, d = q8.shape
-    Lk, dv = k8.shape[1], v8.shape[2]
-    out = torch.empty((B, Lq, dv), dtype=torch.float32, device=q8.device)
-    info = torch.zeros((B, Lq, N_INFO), dtype=torch.int64, device=q8.device)
+    Lk = k8.shape[1]
+    out = torch.full((B, Lq), -1.0, dtype=torch.float32, device=q8.device)
     if B == 0 or Lq == 0:
-        return out, info
-    bm, bn, sub, bn3, warps, stages = LAUNCH if launch is None else launch
-    nd = -(-int(out_bits) // 7)
+        return out
+    bm, bn, _, _, warps, stages = LAUNCH if launch is None else launch
     with device_guard(q8):
         for b0, nb in _grid_entries(B):
-            _ivit_kernel[(triton.cdiv(Lq, bm), nb)](
-                q8, k8, v8, s64, sx64, cst, svu, out, info, b0, Lq, Lk, d, dv, Lk - Lq,
-                int(qmax), int(ACC32_MAX_KEYS), CAUSAL=bool(causal), REQ=bool(requant),
-                OUT_BITS=int(out_bits), ND=nd, BM=bm, BN=bn, SUB=sub, BN3=bn3,
-                BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=warps, num_stages=stages, **LAUNCH_OPTS)
-    return out, info
+            _ibert_emax_kernel[(triton.cdiv(Lq, bm), nb)](
+                q8, k8, s64, sx64, cst, out, b0, Lq, Lk, d, Lk - Lq, int(qmax),
+                CAUSAL=bool(causal), REQ=bool(requant), BM=bm, BN=bn, BD=pow2(d, 32),
+                num_warps=warps, num_stages=stages, **LAUNCH_OPTS)
+    return out
 
 
-__all__ = ["ivit_rows", "row_absmax", "LAUNCH", "STATE_EMPTY", "STATE_ROW", "STATE_BAD",
-           "N_INFO", "ACC32_MAX_KEYS"]
+def ibert_rows(q8, k8, v8, s64, sx64, cst, mul, svu, *, qmax: int, out_bits: int,
+               causal: bool, requant: bool, launch: tuple | None = None):
+    """Run the fused ``ibert`` kernel (module docstring).
+
+    Args:
+        q8, k8, v8, s64, sx64: as :func:`ivit_rows`'.
+        cst: float32 ``(B, 5)`` ``(s, x0i, n x0i, bi, ci)`` of each entry's group
+            (``_ibert_consts``); mul: float64 ``(B, 2)`` the group's ``(m31, 2**-shift)``
+            (``m31 = 0``: the group has no positive ``e``, its rows are NaN); svu: float64
+            ``(B,)`` ``s_v 2**-out_bits``.
+        qmax, out_bits, causal, requant, launch: as :func:`ivit_rows`'.
+
+    Returns:
+        ``(out float32 (B, Lq, dv), info int64 (B, Lq, 5))``: per row its state
+        (:data:`STATE_EMPTY`, :data:`STATE_ROW`, :data:`STATE_BAD`, :data:`STATE_DEAD`), floor
+        clamps, requantisation clamps, zero outputs and the sum of its ``y``.
+    """
+    return _launch_rows(True, q8, k8, v8, s64, sx64, cst, mul, svu, qmax, out_bits, causal,
+                        requant, launch)
+
+
+__all__ = ["ivit_rows", "ibert_rows", "ibert_emax", "row_absmax", "LAUNCH", "STATE_EMPTY",
+           "STATE_ROW", "STATE_BAD", "STATE_DEAD", "N_INFO", "ACC32_MAX_KEYS"]

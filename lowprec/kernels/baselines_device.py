@@ -23,11 +23,14 @@ row sums of ``e`` are float32 sums left to right (:func:`lowprec.gpu.rowsum.seq_
 CPU's order; the CPU's exact shortcut for totals up to ``2**24`` gives the same value).  No
 transcendental function and no float GEMM whose order matters: bit-identical by construction.
 
-``ivit`` in float32 order without a mask runs one fused Triton kernel instead of the passes
-over the chunks (:mod:`lowprec.gpu.ivit_kernel`, under :func:`~.device_rows.fused_kernels`:
-CUDA tensors, or CPU tensors under Triton's interpreter): the same operations in the same
-order, per-row counters reduced on the device (:class:`~.device_rows.DeviceStats`), the
-``logit_bits`` range from a per-row ``max |S|`` kernel.
+``ivit`` and ``ibert`` in float32 order without a mask run fused Triton kernels instead of
+the passes over the chunks (:mod:`lowprec.gpu.ivit_kernel`, under
+:func:`~.device_rows.fused_kernels`: CUDA tensors, or CPU tensors under Triton's
+interpreter): the same operations in the same order, per-row counters reduced on the device
+(:class:`~.device_rows.DeviceStats`), the ``logit_bits`` range from a per-row ``max |S|``
+kernel; I-BERT's ``max(e)`` from a per-row kernel, read back per entry (as above), its
+multiplier from the host's :func:`_ibert_mult` (the torch path's code), then one kernel for
+the rows.
 
 ``exact=True`` (``_baselines_exact``): ``RNE(x / s)`` as a float64 division, every other step
 in int64 (floor divisions, arithmetic shifts by per-entry amounts, I-ViT's saturating sum as a
@@ -248,8 +251,8 @@ def _attention(dp: DeviceProblem, return_stats: bool, name: str, out_bits, exact
                          "units of s_q s_k scale > 0")
     dev = dp.device
     unit = ivit_scale(ob) if name == _IVIT else ibert_scale(ob)
-    # the fused kernel (lowprec.gpu.ivit_kernel): ivit's float32 order without a mask
-    fused = name == _IVIT and not ex and dp.mask is None and fused_kernels(dp)
+    # the fused kernels (lowprec.gpu.ivit_kernel): the float32 order without a mask
+    fused = not ex and dp.mask is None and fused_kernels(dp)
     qz = quantize_problem(dp, "per_tensor", 128, scope, codes_kv=fused)
     group = _groups(dp, scope)
     hs = qz.host  # (the scales' host copies, read back by quantize_problem)
@@ -272,7 +275,8 @@ def _attention(dp: DeviceProblem, return_stats: bool, name: str, out_bits, exact
         s_in = s_x
     s_in = np.where(s_in > 0, s_in, np.float32(1.0)).astype(np.float32)
     if fused:
-        return _ivit_fused(dp, qz, group, s_in, s_row, req, ob, unit, return_stats)
+        run = _ivit_fused if name == _IVIT else _ibert_fused
+        return run(dp, qz, group, s_in, s_row, req, ob, unit, return_stats)
     run = _exact_rows if ex else _f32_rows
     y_of, counts = run(dp, qz, name, group, s_in, s_row, req, ob)
     return _finish(dp, qz, unit, y_of, counts, return_stats)
@@ -335,7 +339,7 @@ def _ivit_fused(dp: DeviceProblem, qz, group, s_in, s_row, req, ob: int, unit: f
     columns (no read-back in the call)."""
     import torch
 
-    from ..gpu.ivit_kernel import STATE_BAD, STATE_EMPTY, STATE_ROW, ivit_rows
+    from ..gpu.ivit_kernel import ivit_rows
 
     dev = dp.device
     s_chk = _group_scales(_IVIT, group, s_in)[2]
@@ -346,15 +350,81 @@ def _ivit_fused(dp: DeviceProblem, qz, group, s_in, s_row, req, ob: int, unit: f
     out, info = ivit_rows(qz.q8i, k8, v8, s_row, s_row if req is None else req[0], cst, svu,
                           qmax=0 if req is None else int(req[1]), out_bits=ob,
                           causal=dp.causal, requant=req is not None)
-    if not return_stats:
-        return out, None
+    return out, (_fused_stats(dp, info, unit, _C_SUM) if return_stats else None)
+
+
+def _ibert_mult(first, group, em):
+    """I-BERT's multiplier per entry, float64 ``(m31, 2**-shift)`` ``(B,)`` each, from the
+    group's ``max(e)`` (``em``, per entry) as the CPU's ``_ibert_core`` (0, 0 for a group
+    without a positive ``e``)."""
+    B = len(group)
+    m31 = np.zeros(B, np.float64)
+    inv = np.zeros(B, np.float64)
+    for g in first:
+        sel = group == g
+        s = np.float32(first[g])
+        e_g = np.float32(em[sel][0])
+        if e_g > 0:
+            s_e = np.float32(np.float32(np.float32(IBERT_A) * np.float32(s * s))
+                             / np.float32(2.0**IBERT_N))
+            s16 = np.float32(np.float32(e_g * s_e) / np.float32(IBERT_E16_MAX))
+            mm, sh = _frexp_multiplier(float(s_e) / float(s16))
+            m31[sel], inv[sel] = float(mm), math.ldexp(1.0, -sh)
+    return m31, inv
+
+
+def _ibert_cst(kc, group, s_chk):
+    """float32 ``(B, 5)``: ``(s, x0i, n x0i, bi, ci)`` of every entry's group."""
+    x0 = np.array([kc[g][0] for g in group], np.float32)
+    return np.stack([s_chk, x0, (np.float32(IBERT_N) * x0).astype(np.float32),
+                     np.array([kc[g][1] for g in group], np.float32),
+                     np.array([kc[g][2] for g in group], np.float32)], axis=1)
+
+
+def _ibert_fused(dp: DeviceProblem, qz, group, s_in, s_row, req, ob: int, unit: float,
+                 return_stats: bool):
+    """``ibert`` (float32 order, no mask) by the fused kernels (:mod:`lowprec.gpu.ivit_kernel`):
+    per row the largest ``e`` (:func:`~lowprec.gpu.ivit_kernel.ibert_emax`), read back per
+    entry, the group's multiplier on the host (:func:`_ibert_mult`), then the rows
+    (:func:`~lowprec.gpu.ivit_kernel.ibert_rows`); ``(out, DeviceStats)``."""
+    import torch
+
+    from ..gpu.ivit_kernel import ibert_emax, ibert_rows
+
+    dev = dp.device
+    first, kc, s_chk = _group_scales(_IBERT, group, s_in)
+    cst = torch.from_numpy(_ibert_cst(kc, group, s_chk).astype(np.float32)).to(dev)
+    k8, v8 = qz.int8_kv()
+    sx = s_row if req is None else req[0]
+    kw = dict(qmax=0 if req is None else int(req[1]), causal=dp.causal,
+              requant=req is not None)
+    er = ibert_emax(qz.q8i, k8, s_row, sx, cst, **kw)
+    emax = er.amax(dim=1) if dp.Lq else er.new_full((dp.B,), -1.0)
+    em = _per_group(emax.cpu().numpy(), group, np.max)
+    m31, inv = _ibert_mult(first, group, em)
+    mul = torch.from_numpy(np.stack([m31, inv], axis=1)).to(dev)
+    svu = qz.sv.double() * unit  # (exact: a power of two)
+    out, info = ibert_rows(qz.q8i, k8, v8, s_row, sx, cst, mul, svu, out_bits=ob, **kw)
+    return out, (_fused_stats(dp, info, unit, _C_REQ) if return_stats else None)
+
+
+def _fused_stats(dp: DeviceProblem, info, unit: float, col2: int):
+    """:class:`~.device_rows.DeviceStats` of a fused kernel's per-row columns ``info``
+    (``col2``: the counter of its third column, I-ViT's sum or I-BERT's requantisation
+    clamps), reduced on the device (no read-back in the call)."""
+    import torch
+
+    from ..gpu.ivit_kernel import STATE_BAD, STATE_EMPTY, STATE_ROW
+
     state = info[..., 0]
     full = 1.0 / unit
     tot = info[..., 1:4].sum(dim=(0, 1))
-    zero = torch.zeros_like(tot[:1])
-    counts = torch.cat([(state == STATE_EMPTY).sum(dtype=torch.int64).reshape(1),
-                        (state == STATE_BAD).sum(dtype=torch.int64).reshape(1),
-                        tot[0:2], zero, tot[2:3]])  # the order of BaselineStats._COUNTERS
+    counts = torch.zeros(_NCOUNT, dtype=torch.int64, device=info.device)
+    counts[_C_EMPTY] = (state == STATE_EMPTY).sum()
+    counts[_C_NAN] = (state == STATE_BAD).sum()
+    counts[_C_FLOOR] = tot[0]
+    counts[col2] = tot[1]
+    counts[_C_ZERO] = tot[2]
     # unnormalized(): not |sum y - full| <= NORM_TOL full in float64, among the rows not NaN
     near = (info[..., 4].double() - full).abs() <= NORM_TOL * full
     off = ((state == STATE_ROW) & ~near).sum(dtype=torch.int64).reshape(1)
@@ -365,7 +435,7 @@ def _ivit_fused(dp: DeviceProblem, qz, group, s_in, s_row, req, ob: int, unit: f
         st.unnormalized_rows = int(host[_NCOUNT])
         return st
 
-    return out, DeviceStats([counts, off], build)
+    return DeviceStats([counts, off], build)
 
 
 def _f32_rows(dp: DeviceProblem, qz, name: str, group, s_in, s_row, req, ob: int):
@@ -381,29 +451,15 @@ def _f32_rows(dp: DeviceProblem, qz, name: str, group, s_in, s_row, req, ob: int
         x0, nx0 = _ivit_x0(s_chk)
         cst = _Consts(dev, s=s_chk, x0=x0, nx0=nx0)
     else:
-        x0 = np.array([kc[g][0] for g in group], np.float32)
-        cst = _Consts(dev, s=s_chk, x0=x0, bi=np.array([kc[g][1] for g in group], np.float32),
-                      ci=np.array([kc[g][2] for g in group], np.float32),
-                      nx0=(np.float32(IBERT_N) * x0).astype(np.float32))
+        c5 = _ibert_cst(kc, group, s_chk)
+        cst = _Consts(dev, s=s_chk, x0=c5[:, 1], nx0=c5[:, 2], bi=c5[:, 3], ci=c5[:, 4])
         emax = torch.full((B,), -1.0, dtype=torch.float32, device=dev)
         for g0, g1, r0, r1 in chunks(dp):  # pass: max(e) per entry, then per group
             x, vis, ent = _logits(dp, qz, g0, g1, r0, r1, s_row, req)
             e, ok = _ibert_e(x, _use(x, vis), cst, ent, pow2)[:2]
             re = torch.where(ok, e, -1.0).amax(dim=1)
             emax = emax.scatter_reduce(0, ent, re, reduce="amax")
-        em = _per_group(emax.cpu().numpy(), group, np.max)
-        m31 = np.zeros(B, np.float64)
-        inv = np.zeros(B, np.float64)
-        for g in first:
-            sel = group == g
-            s = np.float32(first[g])
-            e_g = np.float32(em[sel][0])
-            if e_g > 0:
-                s_e = np.float32(np.float32(np.float32(IBERT_A) * np.float32(s * s))
-                                 / np.float32(2.0**IBERT_N))
-                s16 = np.float32(np.float32(e_g * s_e) / np.float32(IBERT_E16_MAX))
-                mm, sh = _frexp_multiplier(float(s_e) / float(s16))
-                m31[sel], inv[sel] = float(mm), math.ldexp(1.0, -sh)
+        m31, inv = _ibert_mult(first, group, _per_group(emax.cpu().numpy(), group, np.max))
         m31_t, inv_t = torch.from_numpy(m31).to(dev), torch.from_numpy(inv).to(dev)
 
     def y_of(g0, g1, r0, r1):
