@@ -82,6 +82,8 @@ S9_HCCS = "--schemes hccs --L 4096 16384 --heads 2"
 S9_SCHEMES = "--lengths 4096,16384,32768"  # bench_gpu_schemes_s9.json
 S9_IVIT = "--schemes ivit --L 4096 16384 --heads 2"  # ivit_check_s9.json
 S9_IVIT_BENCH = "--schemes ivit --lengths 4096,16384,32768"  # bench_ivit_s9.json
+S9_IVIT_IBERT = "--schemes ivit ibert --L 4096 16384 --heads 2"  # ivit_ibert_check_s9.json
+S9_IVIT_IBERT_BENCH = "--schemes ivit,ibert --lengths 4096,16384,32768"  # bench_ivit_ibert_s9
 S9_E2E = ("--lengths 2048,32768 --compile --schemes hif8,intattention "
           "--long-schemes hif8,intattention --repeat 9")  # e2e_s9.json
 S9_AUTHORS = ("--authors-dir .authors --lengths 4096,16384 --causal no --intfa-config 32,128,3,4 "
@@ -395,6 +397,12 @@ def document() -> str:
             "The authors' kernels in one process with the integer schemes (after `ivit`'s "
             "kernel): `benchmarks/bench_authors.py " + S9_AUTHORS + "`:", "",
             "```", authors(_load("bench_authors_s9.json")["rows"]), "```", "",
+            "After `ibert`'s fused kernels (the `ivit` kernel generalised), device against "
+            "CPU: `scripts/gpu_schemes_check.py " + S9_IVIT_IBERT + "`:", "",
+            "```", schemes_check(_load("ivit_ibert_check_s9.json")), "```", "",
+            "and the whole calls: `benchmarks/bench_gpu_schemes.py " + S9_IVIT_IBERT_BENCH
+            + "`:", "",
+            "```", schemes_all(_load("bench_ivit_ibert_s9.json")["rows"]), "```", "",
             "End to end, the 1.1B Llama-shaped model: `benchmarks/bench_gpu_emulate.py "
             + S9_E2E + "`:", "",
             "```", e2e(_load("e2e_s9.json")), "```", ""]
