@@ -378,7 +378,8 @@ def scan(ptx):
             "float_mma": [m for m in mma if not m.endswith(".s32.s8.s8")]}
 
 sig = {"Q8": "*i8", "K8": "*i8", "V8": "*i8", "S64": "*fp64", "SX64": "*fp64", "CST": "*fp32",
-       "MUL": "*fp64", "SVU": "*fp64", "OUT": "*fp32", "INFO": "*i64", "b0": "i32",
+       "MUL": "*fp64", "SVU": "*fp64", "MROW": "*fp32", "SROW": "*i32", "OUT": "*fp32",
+       "INFO": "*i64", "b0": "i32",
        "Lq": "i32", "Lk": "i32", "D": "i32", "DV": "i32", "shift": "i32", "qmax": "i32",
        "kmax32": "i32"}
 runs = [(LAUNCH, False, c, r, 16) for c in (False, True) for r in (False, True)]
@@ -389,12 +390,12 @@ runs += [(LAUNCH, True, False, False, 8), (LAUNCH, True, True, True, 16),
 rep = []
 for launch, ibert, causal, req, bits in runs:
     bm, bn, sub, bn3, warps, stages = launch
-    c = dict(IBERT=ibert, CAUSAL=causal, REQ=req, OUT_BITS=bits,
+    c = dict(IBERT=ibert, PRE=ibert, CAUSAL=causal, REQ=req, OUT_BITS=bits,
              ND=-(-(bits + int(ibert)) // 7), BM=bm, BN=bn, SUB=sub, BN3=bn3, BD=128, BDV=64)
     rep.append(dict(scan(_compile(_rows_kernel, sig, c, warps, num_stages=stages)), c=c))
 sig = {"Q8": "*i8", "K8": "*i8", "S64": "*fp64", "SX64": "*fp64", "CST": "*fp32",
-       "OUT": "*fp32", "b0": "i32", "Lq": "i32", "Lk": "i32", "D": "i32", "shift": "i32",
-       "qmax": "i32"}
+       "OUT": "*fp32", "MROW": "*fp32", "SROW": "*i32", "b0": "i32", "Lq": "i32", "Lk": "i32",
+       "D": "i32", "shift": "i32", "qmax": "i32"}
 emax = []
 for causal, req in ((False, False), (True, True)):
     c = dict(CAUSAL=causal, REQ=req, BM=LAUNCH[0], BN=LAUNCH[1], BD=128)

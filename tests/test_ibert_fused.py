@@ -18,13 +18,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from test_attention_device_rows import DEVICE, both, dev, on_device, qkv  # noqa: E402
+from test_attention_device_rows import both, dev, on_device, qkv  # noqa: E402
+from test_ivit_fused import same_as_torch_path  # noqa: E402
 
 import lowprec as lp  # noqa: E402
 import lowprec.gpu.ivit_kernel as ik  # noqa: E402
 from lowprec.kernels import baselines as bl  # noqa: E402
 from lowprec.kernels import baselines_device as bdev  # noqa: E402
-from lowprec.kernels import device_rows as drows  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
 
@@ -137,19 +137,7 @@ def test_ibert_fused_bfloat16(fused_calls):
 def test_ibert_fused_equals_torch_path(monkeypatch):
     """The fused kernels and the device's torch-operations path give the same bits and
     statistics on the same call."""
-    from lowprec.kernels.device import force_engine
-
-    q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=50, Lk=70, d=16, dv=16, seed=25, amp=3.0)
-    q, k, v = (t.to(DEVICE) for t in (q, k, v))
-    for opts in (dict(), dict(logit_bits=8, out_bits=16)):
-        with force_engine(), monkeypatch.context() as mp:
-            a = lp.attention(q, k, v, "ibert", causal=True, return_stats=True, **opts)
-            mp.setattr(drows, "FUSED_ON_INTERPRETER", False)
-            if DEVICE == "cuda":
-                mp.setattr(bdev, "fused_kernels", lambda dp: False)
-            b = lp.attention(q, k, v, "ibert", causal=True, return_stats=True, **opts)
-        assert torch.equal(a[0].view(torch.int32), b[0].view(torch.int32))
-        assert a[1].to_dict() == b[1].to_dict()
+    same_as_torch_path(monkeypatch, "ibert", (dict(), dict(logit_bits=8, out_bits=16)))
 
 
 def test_ibert_rows_dead_group():

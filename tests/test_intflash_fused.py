@@ -70,7 +70,9 @@ def test_fused_equals_cpu(case, fused_calls):
 
 def test_fused_entries_in_several_launches(monkeypatch, fused_calls):
     """More entries than a grid's y dimension holds: launched in parts (``b0``)."""
-    monkeypatch.setattr(ik, "_GRID_Y_MAX", 3)
+    from lowprec.gpu import _tiles
+
+    monkeypatch.setattr(_tiles, "GRID_Y_MAX", 3)
     q, k, v = qkv(Z=2, Hq=2, Hkv=1, Lq=20, Lk=40, d=16, dv=16, seed=4)
     both(q, k, v, "intflash", causal=True, block_k=16, variant="half")
     assert len(fused_calls) == 1

@@ -116,23 +116,29 @@ def test_ivit_fused_bfloat16(fused_calls):
     assert len(fused_calls) == 1
 
 
-def test_ivit_fused_equals_torch_path(monkeypatch):
-    """The fused kernel and the device's torch-operations path give the same bits and
-    statistics on the same call."""
+def same_as_torch_path(monkeypatch, scheme, option_sets):
+    """The fused kernels and the device's torch-operations path give the same bits and
+    statistics on the same causal call, for each of ``option_sets``."""
     from lowprec.kernels import baselines_device as bdev
     from lowprec.kernels.device import force_engine
 
     q, k, v = qkv(Z=1, Hq=2, Hkv=2, Lq=50, Lk=70, d=16, dv=16, seed=25, amp=3.0)
     q, k, v = (t.to(DEVICE) for t in (q, k, v))
-    for opts in (dict(), dict(logit_bits=None, out_bits=8)):
+    for opts in option_sets:
         with force_engine(), monkeypatch.context() as mp:
-            a = lp.attention(q, k, v, "ivit", causal=True, return_stats=True, **opts)
+            a = lp.attention(q, k, v, scheme, causal=True, return_stats=True, **opts)
             mp.setattr(drows, "FUSED_ON_INTERPRETER", False)
             if DEVICE == "cuda":
                 mp.setattr(bdev, "fused_kernels", lambda dp: False)
-            b = lp.attention(q, k, v, "ivit", causal=True, return_stats=True, **opts)
+            b = lp.attention(q, k, v, scheme, causal=True, return_stats=True, **opts)
         assert torch.equal(a[0].view(torch.int32), b[0].view(torch.int32))
         assert a[1].to_dict() == b[1].to_dict()
+
+
+def test_ivit_fused_equals_torch_path(monkeypatch):
+    """The fused kernel and the device's torch-operations path give the same bits and
+    statistics on the same call."""
+    same_as_torch_path(monkeypatch, "ivit", (dict(), dict(logit_bits=None, out_bits=8)))
 
 
 def test_floor_without_libdevice():

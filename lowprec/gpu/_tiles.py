@@ -1,6 +1,7 @@
 """Tile loads, the int8 score GEMM, the sequential float32 tile product and the sequential row
 sums of a tile shared by the fused attention kernels (:mod:`.index_attention`,
-:mod:`.qflash_kernel`, :mod:`.intflash_kernel`, :mod:`.quant_only_kernel`):
+:mod:`.qflash_kernel`, :mod:`.intflash_kernel`, :mod:`.quant_only_kernel`,
+:mod:`.ivit_kernel`):
 one program holds a block of query rows of one entry and walks key tiles; q, k and v are
 C-contiguous ``(B, L, d)`` arrays (int8 codes, or float16 values for :func:`seq_dot`)."""
 
@@ -11,6 +12,32 @@ import contextlib
 import numpy as np
 import triton
 import triton.language as tl
+
+#: CUDA's largest grid y dimension: the kernels put one entry per program along y
+GRID_Y_MAX = 65535
+
+
+def grid_entries(B: int):
+    """``(b0, n)`` chunks of ``B`` entries that fit CUDA's grid y dimension (a kernel launched
+    per chunk adds ``b0`` to ``program_id(1)``)."""
+    for b0 in range(0, B, GRID_Y_MAX):
+        yield b0, min(B - b0, GRID_Y_MAX)
+
+
+@triton.jit
+def row_range(r0, Lq, Lk, shift, CAUSAL: tl.constexpr, BM: tl.constexpr):
+    """``(offs_m, rok, lim, n_end)`` of the block of ``BM`` query rows from ``r0``: the rows,
+    which exist, the last key each sees (causal: ``i + shift``, ``shift = Lk - Lq``; ``-1``
+    for rows past ``Lq``) and the end of the keys any of them sees."""
+    offs_m = r0 + tl.arange(0, BM)
+    rok = offs_m < Lq
+    if CAUSAL:
+        lim = offs_m + shift
+        n_end = tl.minimum(Lk, r0 + BM + shift)
+    else:
+        lim = tl.zeros([BM], dtype=tl.int32) + (Lk - 1)
+        n_end = Lk
+    return offs_m, rok, tl.where(rok, lim, -1), n_end
 
 
 @triton.jit
@@ -145,5 +172,5 @@ def pow2(n: int, lo: int) -> int:
     return max(lo, triton.next_power_of_2(max(int(n), 1)))
 
 
-__all__ = ["q_tile", "kv_tile", "scores", "seq_dot", "seq_cols", "sequential_interpreter_dots",
-           "pow2"]
+__all__ = ["GRID_Y_MAX", "grid_entries", "row_range", "q_tile", "kv_tile", "scores", "seq_dot",
+           "seq_cols", "sequential_interpreter_dots", "pow2"]

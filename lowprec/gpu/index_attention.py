@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from ._launch import LAUNCH_OPTS, device_guard
-from ._tiles import kv_tile, pow2, q_tile, scores
+from ._tiles import kv_tile, pow2, q_tile, row_range, scores
 
 #: |P v8| partial sums stay below 2**31 for Lk up to this (255 * 127 * Lk); beyond, int64.
 ACC32_MAX_KEYS = (2**31 - 1) // (255 * 127)
@@ -72,19 +72,11 @@ def _intattention_kernel(Q8, K8, V8, CINT, LUT, SV, OUT, INFO, Lq, Lk, D, DV, sh
     ``INFO[b, rows, 0:8]`` int64 (clipped, zero, empty, wrap, nsovf, dovf, visible, psum)."""
     b = tl.program_id(1)
     r0 = tl.program_id(0) * BM
-    offs_m = r0 + tl.arange(0, BM)
+    offs_m, rok, lim, n_end = row_range(r0, Lq, Lk, shift, CAUSAL, BM)
     offs_n = tl.arange(0, BN)
     offs_d = tl.arange(0, BD)
     offs_v = tl.arange(0, BDV)
-    rok = offs_m < Lq
     q = q_tile(Q8, b, offs_m, rok, Lq, D, offs_d)
-    if CAUSAL:
-        lim = offs_m + shift  # the last key each row sees
-        n_end = tl.minimum(Lk, r0 + BM + shift)
-    else:
-        lim = tl.zeros([BM], dtype=tl.int32) + (Lk - 1)
-        n_end = Lk
-    lim = tl.where(rok, lim, -1)
     c = tl.load(CINT + b.to(tl.int64) * Lq + offs_m, mask=rok, other=1)
     c32 = c.to(tl.float32)[:, None]
     c64 = c.to(tl.int64)[:, None]

@@ -43,12 +43,19 @@ import triton
 import triton.language as tl
 
 from ._launch import LAUNCH_OPTS, device_guard, interpreting
-from ._tiles import kv_tile, pow2, q_tile, scores, seq_dot, sequential_interpreter_dots
+from ._tiles import (
+    grid_entries,
+    kv_tile,
+    pow2,
+    q_tile,
+    scores,
+    seq_dot,
+    sequential_interpreter_dots,
+)
 from .engine import _round_f16
 from .exp2f import exp2_f32, near_table
 
 _F127 = tl.constexpr(127.0)
-_GRID_Y_MAX = 65535
 
 
 @triton.jit
@@ -223,8 +230,8 @@ def intflash_rows(q8, sq, k8, sk, v, sv, kv, c: float, *, causal: bool, block_k:
     c_bits = int(np.float32(c).view(np.int32))
     seq = sequential_interpreter_dots() if interpreting() else contextlib.nullcontext()
     with device_guard(q8), seq:
-        for b0 in range(0, B, _GRID_Y_MAX):  # CUDA's grid y dimension
-            _intflash_kernel[(triton.cdiv(Lq, bm), min(B - b0, _GRID_Y_MAX))](
+        for b0, nb in grid_entries(B):
+            _intflash_kernel[(triton.cdiv(Lq, bm), nb)](
                 q8, k8, v, kv, sq, sk, sv, keys, vals, out, cnt, b0, Lq, Lk, d, dv, Lk - Lq,
                 block_k, nk, c_bits, CAUSAL=bool(causal), HALF=bool(half), BM=bm, SUB=sub,
                 SUBM=subm, BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=warps, num_stages=1,

@@ -101,7 +101,7 @@ import triton
 import triton.language as tl
 
 from ._launch import LAUNCH_OPTS, device_guard
-from ._tiles import kv_tile, pow2, q_tile, scores, seq_cols
+from ._tiles import grid_entries, kv_tile, pow2, q_tile, row_range, scores, seq_cols
 
 _HALF = tl.constexpr(0.5)
 _SIXTEENTH = tl.constexpr(0.0625)
@@ -109,8 +109,9 @@ _TWO31 = tl.constexpr(2147483648.0)
 _TWO32 = tl.constexpr(4294967296.0)
 _N = tl.constexpr(15)  # I-ViT's shift exponent n (baselines.IVIT_N)
 _NB = tl.constexpr(30)  # I-BERT's shift exponent n (baselines.IBERT_N)
+#: pass 1's row states as :func:`_ibert_emax_kernel` hands them to the row kernel
+_ST_EMPTY, _ST_GOOD, _ST_BAD = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 _E16_MAX = tl.constexpr(32767.0)  # I-BERT's 16-bit requantisation bound (IBERT_E16_MAX)
-_GRID_Y_MAX = 65535
 #: the longest rows whose 7-bit digit products sum in int32 (``127 * 127 * Lk < 2**31``);
 #: longer rows take the int64 accumulator (a module attribute: tests lower it)
 ACC32_MAX_KEYS = (2**31 - 1) // (127 * 127)
@@ -137,6 +138,17 @@ def _floor(x):
 
 
 @triton.jit
+def _rne64(v):
+    """Round half to even of float64 values below ``2**62`` in magnitude (torch's ``round``):
+    ``floor`` (``cvt.rmi.f64``, no flush in float64), the exact fraction, one up where above a
+    half or at a half from an odd floor (NaN stays NaN)."""
+    r = tl.floor(v)
+    fr = v - r  # exact
+    odd = (r.to(tl.int64) & 1) != 0
+    return r + tl.where((fr > 0.5) | ((fr == 0.5) & odd), 1.0, 0.0)
+
+
+@triton.jit
 def _x(q, K8, b, Lk, D, cols, offs_d, s64, sx64, qmax, REQ: tl.constexpr):
     """The logits ``(BM, N)`` of the rows ``q`` against keys ``cols`` (keys past ``Lk`` score
     0; the caller masks them): ``fp32(fp64(S) s_ent)``, requantised with ``REQ``."""
@@ -148,10 +160,7 @@ def _x(q, K8, b, Lk, D, cols, offs_d, s64, sx64, qmax, REQ: tl.constexpr):
         lo = -qmax - 1.0
         hi = qmax + 1.0
         v = tl.where(v < lo, lo, tl.where(v > hi, hi, v))  # (rounding is monotone)
-        r = tl.floor(v)
-        fr = v - r  # exact
-        odd = (r.to(tl.int32) & 1) != 0
-        r = r + tl.where((fr > 0.5) | ((fr == 0.5) & odd), 1.0, 0.0)
+        r = _rne64(v)
         r = tl.where(r < -qmax, -qmax, tl.where(r > qmax, qmax, r))
         r = tl.where(r == 0.0, v * 0.0, r)  # a zero code keeps v's sign (torch's round)
         x = (r * sx64).to(tl.float32)
@@ -169,20 +178,33 @@ def _xs(q, K8, b, Lk, D, cols, offs_d, s64, sx64, qmax, s32, lim, REQ: tl.conste
 
 
 @triton.jit
+def _reduce(t, ok, x0, nx0):
+    """The shared range reduction of Shiftmax and i-exp: ``t`` clamped at ``n x0`` (the
+    clamps counted on ``ok`` lanes), ``q = floor(fp32(t / x0))`` and ``r = t - fp32(x0 q)``."""
+    cl = t < nx0
+    t = tl.where(cl, nx0, t)
+    q = _floor(tl.math.div_rn(t, tl.zeros_like(t) + x0))
+    return q, t - x0 * q, cl & ok
+
+
+@triton.jit
+def _shift_floor(u, q, N: tl.constexpr, ok):
+    """``floor(fp32(u 2**(N - q)))`` (``0 <= q <= N``; the power of two from its bits),
+    negative values and lanes not ``ok`` 0."""
+    k = N - tl.minimum(tl.maximum(q, 0.0), N * 1.0).to(tl.int32)
+    p2 = ((k + 127) << 23).to(tl.float32, bitcast=True)
+    ev = _floor(u * p2)
+    ev = tl.where(ev < 0, 0.0, ev)
+    return tl.where(ok, ev, 0.0)
+
+
+@triton.jit
 def _e(xs, m, ok, x0, nx0):
     """Shiftmax's ``e`` (float32, 0 where not ``ok``) and the floor clamps (``ok`` lanes)."""
     t = tl.where(ok, xs, m[:, None]) - m[:, None]  # t = 0 where not used
     t = (t + _floor(t * _HALF)) - _floor(t * _SIXTEENTH)
-    cl = t < nx0
-    t = tl.where(cl, nx0, t)
-    q = _floor(tl.math.div_rn(t, tl.zeros_like(t) + x0))
-    rr = t - x0 * q
-    u = rr * _HALF - x0
-    k = _N - tl.minimum(tl.maximum(q, 0.0), 15.0).to(tl.int32)  # 0 <= n - q <= n
-    p2 = ((k + 127) << 23).to(tl.float32, bitcast=True)  # 2**k from its bits
-    ev = _floor(u * p2)
-    ev = tl.where(ev < 0, 0.0, ev)
-    return tl.where(ok, ev, 0.0), cl & ok
+    q, rr, cl = _reduce(t, ok, x0, nx0)
+    return _shift_floor(rr * _HALF - x0, q, _N, ok), cl
 
 
 @triton.jit
@@ -190,27 +212,8 @@ def _e_ibert(xs, m, ok, x0, nx0, bi, ci):
     """I-BERT's i-exp ``e`` (float32, 0 where not ``ok``) and the floor clamps (``ok`` lanes):
     ``_baselines_f32._ibert_exp_f32`` / ``baselines_device._ibert_e``."""
     t = tl.where(ok, xs, m[:, None]) - m[:, None]  # t = 0 where not used
-    cl = t < nx0
-    t = tl.where(cl, nx0, t)
-    q = _floor(tl.math.div_rn(t, tl.zeros_like(t) + x0))
-    rr = t - x0 * q
-    zz = rr * (rr + bi) + ci
-    k = _NB - tl.minimum(tl.maximum(q, 0.0), 30.0).to(tl.int32)  # 0 <= n - q <= n
-    p2 = ((k + 127) << 23).to(tl.float32, bitcast=True)  # 2**k from its bits
-    ev = _floor(zz * p2)
-    ev = tl.where(ev < 0, 0.0, ev)
-    return tl.where(ok, ev, 0.0), cl & ok
-
-
-@triton.jit
-def _rne64(v):
-    """Round half to even of non-negative float64 values below ``2**31`` (torch's
-    ``round``): ``floor`` (``cvt.rmi.f64``, no flush in float64), the exact fraction, one up
-    where above a half or at a half from an odd floor."""
-    r = tl.floor(v)
-    fr = v - r  # exact
-    odd = (r.to(tl.int64) & 1) != 0
-    return r + tl.where((fr > 0.5) | ((fr == 0.5) & odd), 1.0, 0.0)
+    q, rr, cl = _reduce(t, ok, x0, nx0)
+    return _shift_floor(rr * (rr + bi) + ci, q, _NB, ok), cl
 
 
 @triton.jit
@@ -233,21 +236,6 @@ def _terms(xs, m, use, good, live, x0, nx0, bi, ci, m31, inv, IBERT: tl.constexp
 
 
 @triton.jit
-def _row_range(r0, Lq, Lk, shift, CAUSAL: tl.constexpr, BM: tl.constexpr):
-    """``(offs_m, rok, lim, n_end)``: the block's rows, which exist, the last key each sees
-    (``-1`` for rows past ``Lq``) and the end of the keys any of them sees."""
-    offs_m = r0 + tl.arange(0, BM)
-    rok = offs_m < Lq
-    if CAUSAL:
-        lim = offs_m + shift  # the last key each row sees (<= Lk - 1)
-        n_end = tl.minimum(Lk, r0 + BM + shift)
-    else:
-        lim = tl.zeros([BM], dtype=tl.int32) + (Lk - 1)
-        n_end = Lk
-    return offs_m, rok, tl.where(rok, lim, -1), n_end
-
-
-@triton.jit
 def _scan(q, K8, b, Lk, D, offs_d, s64, sx64, qm, s32, lim, n_end, REQ: tl.constexpr,
           BM: tl.constexpr, BN: tl.constexpr):
     """Pass 1 over key tiles of ``BN``: ``(used count, good rows, m)``: a row with a used
@@ -267,10 +255,33 @@ def _scan(q, K8, b, Lk, D, offs_d, s64, sx64, qm, s32, lim, n_end, REQ: tl.const
     return cnt, good, tl.where(good, m, 0.0)
 
 
+@triton.jit
+def _entry(S64, SX64, CST, qmax, b):
+    """Entry ``b``'s constants: ``(s_ent, s_x, s, x0, n x0, bi, ci, qmax)`` (the kernels'
+    ``S64``, ``SX64``, ``CST`` rows and ``qmax`` as float64)."""
+    c = CST + b * 5
+    return (tl.load(S64 + b), tl.load(SX64 + b), tl.load(c), tl.load(c + 1), tl.load(c + 2),
+            tl.load(c + 3), tl.load(c + 4), qmax.to(tl.float64))
+
+
+@triton.jit
+def _y_tile(q, K8, V8, b, Lk, D, DV, n0, offs_d, offs_v, s64, sx64, qm, s32, lim, m, good,
+            live, x0, nx0, bi, ci, m31, inv, f, osc, REQ: tl.constexpr, IBERT: tl.constexpr,
+            BN3: tl.constexpr):
+    """Pass 3 on the key tile from ``n0``: ``(y, zero outputs per row, v8 tile)``, ``y =
+    floor(fp32(fp32(t f) osc))`` on the lanes that take part, 0 elsewhere."""
+    cols = n0 + tl.arange(0, BN3)
+    x, xs, use = _xs(q, K8, b, Lk, D, cols, offs_d, s64, sx64, qm, s32, lim, REQ)
+    t, cl, rq, ok = _terms(xs, m, use, good, live, x0, nx0, bi, ci, m31, inv, IBERT)
+    y = tl.where(ok, _floor((t * f[:, None]) * osc), 0.0)
+    nz = tl.sum((ok & (y == 0.0)).to(tl.int32), axis=1)
+    return y, nz, kv_tile(V8, b, Lk, DV, cols, cols < Lk, offs_v)
+
+
 @triton.jit(do_not_specialize=("qmax", "kmax32"))
-def _rows_kernel(Q8, K8, V8, S64, SX64, CST, MUL, SVU, OUT, INFO, b0, Lq, Lk, D, DV, shift,
-                 qmax, kmax32,
-                 IBERT: tl.constexpr, CAUSAL: tl.constexpr, REQ: tl.constexpr,
+def _rows_kernel(Q8, K8, V8, S64, SX64, CST, MUL, SVU, MROW, SROW, OUT, INFO, b0, Lq, Lk, D,
+                 DV, shift, qmax, kmax32,
+                 IBERT: tl.constexpr, PRE: tl.constexpr, CAUSAL: tl.constexpr, REQ: tl.constexpr,
                  OUT_BITS: tl.constexpr, ND: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                  SUB: tl.constexpr, BN3: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):
     """Rows ``BM`` of entry ``b = b0 + program_id(1)``: ``OUT[b, rows]`` float32 and
@@ -281,24 +292,27 @@ def _rows_kernel(Q8, K8, V8, S64, SX64, CST, MUL, SVU, OUT, INFO, b0, Lq, Lk, D,
     ``(s, x0, n x0, -, -)``, I-BERT ``(s, x0i, n x0i, bi, ci)``), ``MUL`` float64 ``(B, 2)``
     I-BERT's ``(m31, 2**-shift)`` (read with ``IBERT``), ``SVU`` float64 ``s_v unit``;
     ``qmax`` the largest logit code (``REQ``); rows of at most ``kmax32`` keys may sum their
-    digit products in int32."""
+    digit products in int32.  ``PRE``: pass 1's row max and state come from ``MROW``,
+    ``SROW`` (float32 / int32 ``(B, Lq)``, written by :func:`_ibert_emax_kernel`, which ran
+    the same pass) instead of being computed again."""
     b = b0 + tl.program_id(1)
     r0 = tl.program_id(0) * BM
-    offs_m, rok, lim, n_end = _row_range(r0, Lq, Lk, shift, CAUSAL, BM)
+    offs_m, rok, lim, n_end = row_range(r0, Lq, Lk, shift, CAUSAL, BM)
     offs_d = tl.arange(0, BD)
     offs_v = tl.arange(0, BDV)
     q = q_tile(Q8, b, offs_m, rok, Lq, D, offs_d)
-    s64 = tl.load(S64 + b)
-    sx64 = tl.load(SX64 + b)
-    s32 = tl.load(CST + b * 5)
-    x0 = tl.load(CST + b * 5 + 1)
-    nx0 = tl.load(CST + b * 5 + 2)
-    bi = tl.load(CST + b * 5 + 3)
-    ci = tl.load(CST + b * 5 + 4)
-    qm = qmax.to(tl.float64)
+    s64, sx64, s32, x0, nx0, bi, ci, qm = _entry(S64, SX64, CST, qmax, b)
 
     # pass 1: used keys, bad rows and the row max of xs
-    cnt, good, m = _scan(q, K8, b, Lk, D, offs_d, s64, sx64, qm, s32, lim, n_end, REQ, BM, BN)
+    if PRE:
+        rw = b.to(tl.int64) * Lq + offs_m
+        m = tl.load(MROW + rw, mask=rok, other=0.0)
+        st = tl.load(SROW + rw, mask=rok, other=0)
+        cnt = (st != _ST_EMPTY).to(tl.int32)
+        good = st == _ST_GOOD
+    else:
+        cnt, good, m = _scan(q, K8, b, Lk, D, offs_d, s64, sx64, qm, s32, lim, n_end, REQ, BM,
+                             BN)
     if IBERT:
         m31 = tl.load(MUL + b * 2)
         inv = tl.load(MUL + b * 2 + 1)
@@ -343,14 +357,12 @@ def _rows_kernel(Q8, K8, V8, S64, SX64, CST, MUL, SVU, OUT, INFO, b0, Lq, Lk, D,
         a1 = tl.zeros([BM, BDV], dtype=tl.int32)
         a2 = tl.zeros([BM, BDV], dtype=tl.int32)
         for n0 in range(0, n_end, BN3):
-            cols = n0 + tl.arange(0, BN3)
-            x, xs, use = _xs(q, K8, b, Lk, D, cols, offs_d, s64, sx64, qm, s32, lim, REQ)
-            t, cl, rq, ok = _terms(xs, m, use, good, live, x0, nx0, bi, ci, m31, inv, IBERT)
-            y = tl.where(ok, _floor((t * f[:, None]) * osc), 0.0)
-            nzero += tl.sum((ok & (y == 0.0)).to(tl.int32), axis=1)
+            y, nz, v = _y_tile(q, K8, V8, b, Lk, D, DV, n0, offs_d, offs_v, s64, sx64, qm, s32,
+                               lim, m, good, live, x0, nx0, bi, ci, m31, inv, f, osc, REQ,
+                               IBERT, BN3)
+            nzero += nz
             yi = y.to(tl.int32)  # y < 2**21
             ysum += tl.sum(yi, axis=1).to(tl.int64)
-            v = kv_tile(V8, b, Lk, DV, cols, cols < Lk, offs_v)
             a0 = tl.dot((yi & 127).to(tl.int8), v, a0, out_dtype=tl.int32)
             if ND >= 2:
                 a1 = tl.dot(((yi >> 7) & 127).to(tl.int8), v, a1, out_dtype=tl.int32)
@@ -360,14 +372,12 @@ def _rows_kernel(Q8, K8, V8, S64, SX64, CST, MUL, SVU, OUT, INFO, b0, Lq, Lk, D,
     else:  # large y (I-ViT's clamped sums) or long rows: six digits a tile into int64
         acc = tl.zeros([BM, BDV], dtype=tl.int64)
         for n0 in range(0, n_end, BN3):
-            cols = n0 + tl.arange(0, BN3)
-            x, xs, use = _xs(q, K8, b, Lk, D, cols, offs_d, s64, sx64, qm, s32, lim, REQ)
-            t, cl, rq, ok = _terms(xs, m, use, good, live, x0, nx0, bi, ci, m31, inv, IBERT)
-            y = tl.where(ok, _floor((t * f[:, None]) * osc), 0.0)
-            nzero += tl.sum((ok & (y == 0.0)).to(tl.int32), axis=1)
+            y, nz, v = _y_tile(q, K8, V8, b, Lk, D, DV, n0, offs_d, offs_v, s64, sx64, qm, s32,
+                               lim, m, good, live, x0, nx0, bi, ci, m31, inv, f, osc, REQ,
+                               IBERT, BN3)
+            nzero += nz
             yl = y.to(tl.int64)  # y < 2**40
             ysum += tl.sum(yl, axis=1)
-            v = kv_tile(V8, b, Lk, DV, cols, cols < Lk, offs_v)
             for k in tl.static_range(6):
                 dg = ((yl >> (7 * k)) & 127).to(tl.int8)
                 acc += tl.dot(dg, v, out_dtype=tl.int32).to(tl.int64) << (7 * k)
@@ -389,27 +399,25 @@ def _rows_kernel(Q8, K8, V8, S64, SX64, CST, MUL, SVU, OUT, INFO, b0, Lq, Lk, D,
 
 
 @triton.jit(do_not_specialize=("qmax",))
-def _ibert_emax_kernel(Q8, K8, S64, SX64, CST, OUT, b0, Lq, Lk, D, shift, qmax,
+def _ibert_emax_kernel(Q8, K8, S64, SX64, CST, OUT, MROW, SROW, b0, Lq, Lk, D, shift, qmax,
                        CAUSAL: tl.constexpr, REQ: tl.constexpr, BM: tl.constexpr,
                        BN: tl.constexpr, BD: tl.constexpr):
     """``OUT[b, i]`` (float32 ``(B, Lq)``): the largest I-BERT ``e`` of row ``i`` of entry
     ``b = b0 + program_id(1)`` over its used keys, ``-1`` for a row that is not good (the
     torch path's ``where(ok, e, -1).amax``); arguments as :func:`_rows_kernel`'s.  Pass 1,
+    whose row max and state (``_ST_*``) it writes to ``MROW``, ``SROW`` for the row kernel,
     then ``e`` over key tiles of ``BN`` (a maximum: any order)."""
     b = b0 + tl.program_id(1)
     r0 = tl.program_id(0) * BM
-    offs_m, rok, lim, n_end = _row_range(r0, Lq, Lk, shift, CAUSAL, BM)
+    offs_m, rok, lim, n_end = row_range(r0, Lq, Lk, shift, CAUSAL, BM)
     offs_d = tl.arange(0, BD)
     q = q_tile(Q8, b, offs_m, rok, Lq, D, offs_d)
-    s64 = tl.load(S64 + b)
-    sx64 = tl.load(SX64 + b)
-    s32 = tl.load(CST + b * 5)
-    x0 = tl.load(CST + b * 5 + 1)
-    nx0 = tl.load(CST + b * 5 + 2)
-    bi = tl.load(CST + b * 5 + 3)
-    ci = tl.load(CST + b * 5 + 4)
-    qm = qmax.to(tl.float64)
+    s64, sx64, s32, x0, nx0, bi, ci, qm = _entry(S64, SX64, CST, qmax, b)
     cnt, good, m = _scan(q, K8, b, Lk, D, offs_d, s64, sx64, qm, s32, lim, n_end, REQ, BM, BN)
+    rw = b.to(tl.int64) * Lq + offs_m
+    tl.store(MROW + rw, m, mask=rok)
+    tl.store(SROW + rw, tl.where(cnt > 0, tl.where(good, _ST_GOOD, _ST_BAD), _ST_EMPTY),
+             mask=rok)
     em = tl.full([BM], -1.0, tl.float32)
     for n0 in range(0, n_end, BN):
         cols = n0 + tl.arange(0, BN)
@@ -427,7 +435,7 @@ def _row_absmax_kernel(Q8, K8, OUT, b0, Lq, Lk, D, shift, CAUSAL: tl.constexpr,
     program_id(1)`` sees (0 for a row that sees none); int32 ``(B, Lq)``."""
     b = b0 + tl.program_id(1)
     r0 = tl.program_id(0) * BM
-    offs_m, rok, lim, n_end = _row_range(r0, Lq, Lk, shift, CAUSAL, BM)
+    offs_m, rok, lim, n_end = row_range(r0, Lq, Lk, shift, CAUSAL, BM)
     offs_d = tl.arange(0, BD)
     q = q_tile(Q8, b, offs_m, rok, Lq, D, offs_d)
     a = tl.zeros([BM], dtype=tl.int32)
@@ -446,11 +454,6 @@ def _row_absmax_kernel(Q8, K8, OUT, b0, Lq, Lk, D, shift, CAUSAL: tl.constexpr,
 LAUNCH = (64, 64, 16, 32, 4, 3)
 
 
-def _grid_entries(B: int):
-    for b0 in range(0, B, _GRID_Y_MAX):  # CUDA's grid y dimension
-        yield b0, min(B - b0, _GRID_Y_MAX)
-
-
 def row_absmax(q8, k8, *, causal: bool, launch: tuple | None = None):
     """Per row the largest ``|S|`` of the visible keys, int32 ``(B, Lq)`` (q8 ``(B, Lq, d)``,
     k8 ``(B, Lk, d)`` int8, contiguous; causal: key ``j`` visible to row ``i`` iff ``j <= i +
@@ -464,7 +467,7 @@ def row_absmax(q8, k8, *, causal: bool, launch: tuple | None = None):
         return out
     bm, bn, _, _, warps, stages = LAUNCH if launch is None else launch
     with device_guard(q8):
-        for b0, nb in _grid_entries(B):
+        for b0, nb in grid_entries(B):
             _row_absmax_kernel[(triton.cdiv(Lq, bm), nb)](
                 q8, k8, out, b0, Lq, Lk, d, Lk - Lq, CAUSAL=bool(causal), BM=bm, BN=bn,
                 BD=pow2(d, 32), num_warps=warps, num_stages=stages, **LAUNCH_OPTS)
@@ -472,7 +475,7 @@ def row_absmax(q8, k8, *, causal: bool, launch: tuple | None = None):
 
 
 def _launch_rows(ibert: bool, q8, k8, v8, s64, sx64, cst, mul, svu, qmax, out_bits, causal,
-                 requant, launch):
+                 requant, launch, scan=None):
     import torch
 
     B, Lq, d = q8.shape
@@ -483,11 +486,13 @@ def _launch_rows(ibert: bool, q8, k8, v8, s64, sx64, cst, mul, svu, qmax, out_bi
         return out, info
     bm, bn, sub, bn3, warps, stages = LAUNCH if launch is None else launch
     nd = -(-(int(out_bits) + int(ibert)) // 7)  # digits of y <= 2**(out_bits - 1) / 2**out_bits
+    mrow, srow = (out, info) if scan is None else scan  # (not read without a scan)
     with device_guard(q8):
-        for b0, nb in _grid_entries(B):
+        for b0, nb in grid_entries(B):
             _rows_kernel[(triton.cdiv(Lq, bm), nb)](
-                q8, k8, v8, s64, sx64, cst, mul, svu, out, info, b0, Lq, Lk, d, dv, Lk - Lq,
-                int(qmax), int(ACC32_MAX_KEYS), IBERT=bool(ibert), CAUSAL=bool(causal),
+                q8, k8, v8, s64, sx64, cst, mul, svu, mrow, srow, out, info, b0, Lq, Lk, d, dv,
+                Lk - Lq, int(qmax), int(ACC32_MAX_KEYS), IBERT=bool(ibert),
+                PRE=scan is not None, CAUSAL=bool(causal),
                 REQ=bool(requant), OUT_BITS=int(out_bits), ND=nd, BM=bm, BN=bn, SUB=sub,
                 BN3=bn3, BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=warps, num_stages=stages,
                 **LAUNCH_OPTS)
@@ -524,29 +529,33 @@ def ivit_rows(q8, k8, v8, s64, sx64, cst, svu, *, qmax: int, out_bits: int, caus
 
 
 def ibert_emax(q8, k8, s64, sx64, cst, *, qmax: int, causal: bool, requant: bool,
-               launch: tuple | None = None):
+               launch: tuple | None = None, with_scan: bool = False):
     """Per row the largest I-BERT ``e`` over its used keys, float32 ``(B, Lq)``, ``-1`` for
     rows that are empty or bad (the earlier pass of the torch path; arguments as
-    :func:`ibert_rows`')."""
+    :func:`ibert_rows`').  ``with_scan``: returns ``(e max, scan)``, ``scan`` the rows' max
+    of ``xs`` and state from the kernel's first pass, for :func:`ibert_rows`' ``scan=``
+    (which then does not compute that pass again)."""
     import torch
 
     B, Lq, d = q8.shape
     Lk = k8.shape[1]
     out = torch.full((B, Lq), -1.0, dtype=torch.float32, device=q8.device)
+    mrow = torch.zeros((B, Lq), dtype=torch.float32, device=q8.device)
+    srow = torch.zeros((B, Lq), dtype=torch.int32, device=q8.device)
     if B == 0 or Lq == 0:
-        return out
+        return (out, (mrow, srow)) if with_scan else out
     bm, bn, _, _, warps, stages = LAUNCH if launch is None else launch
     with device_guard(q8):
-        for b0, nb in _grid_entries(B):
+        for b0, nb in grid_entries(B):
             _ibert_emax_kernel[(triton.cdiv(Lq, bm), nb)](
-                q8, k8, s64, sx64, cst, out, b0, Lq, Lk, d, Lk - Lq, int(qmax),
+                q8, k8, s64, sx64, cst, out, mrow, srow, b0, Lq, Lk, d, Lk - Lq, int(qmax),
                 CAUSAL=bool(causal), REQ=bool(requant), BM=bm, BN=bn, BD=pow2(d, 32),
                 num_warps=warps, num_stages=stages, **LAUNCH_OPTS)
-    return out
+    return (out, (mrow, srow)) if with_scan else out
 
 
 def ibert_rows(q8, k8, v8, s64, sx64, cst, mul, svu, *, qmax: int, out_bits: int,
-               causal: bool, requant: bool, launch: tuple | None = None):
+               causal: bool, requant: bool, launch: tuple | None = None, scan=None):
     """Run the fused ``ibert`` kernel (module docstring).
 
     Args:
@@ -556,6 +565,8 @@ def ibert_rows(q8, k8, v8, s64, sx64, cst, mul, svu, *, qmax: int, out_bits: int
             (``m31 = 0``: the group has no positive ``e``, its rows are NaN); svu: float64
             ``(B,)`` ``s_v 2**-out_bits``.
         qmax, out_bits, causal, requant, launch: as :func:`ivit_rows`'.
+        scan: the ``scan`` of :func:`ibert_emax` (``with_scan=True``) on the same inputs, or
+            None (the kernel's first pass runs again).
 
     Returns:
         ``(out float32 (B, Lq, dv), info int64 (B, Lq, 5))``: per row its state
@@ -563,7 +574,7 @@ def ibert_rows(q8, k8, v8, s64, sx64, cst, mul, svu, *, qmax: int, out_bits: int
         clamps, requantisation clamps, zero outputs and the sum of its ``y``.
     """
     return _launch_rows(True, q8, k8, v8, s64, sx64, cst, mul, svu, qmax, out_bits, causal,
-                        requant, launch)
+                        requant, launch, scan)
 
 
 __all__ = ["ivit_rows", "ibert_rows", "ibert_emax", "row_absmax", "LAUNCH", "STATE_EMPTY",

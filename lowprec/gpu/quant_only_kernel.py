@@ -52,10 +52,9 @@ import triton
 import triton.language as tl
 
 from ._launch import LAUNCH_OPTS, device_guard
-from ._tiles import kv_tile, pow2, q_tile, scores, seq_cols
+from ._tiles import grid_entries, kv_tile, pow2, q_tile, row_range, scores, seq_cols
 
 _F127 = tl.constexpr(127.0)
-_GRID_Y_MAX = 65535
 #: the row states of the kernel's second counter column
 STATE_EMPTY, STATE_ROW, STATE_NAN = 0, 1, 2
 
@@ -88,21 +87,13 @@ def _quant_only_kernel(Q8, K8, V8, SQ, SK, SV, OUT, INFO, b0, Lq, Lk, D, DV, shi
     of the float32 ``scale``."""
     b = b0 + tl.program_id(1)
     r0 = tl.program_id(0) * BM
-    offs_m = r0 + tl.arange(0, BM)
+    offs_m, rok, lim, n_end = row_range(r0, Lq, Lk, shift, CAUSAL, BM)
     offs_d = tl.arange(0, BD)
     offs_v = tl.arange(0, BDV)
-    rok = offs_m < Lq
     q = q_tile(Q8, b, offs_m, rok, Lq, D, offs_d)
     sq = tl.load(SQ + b.to(tl.int64) * sq_b + offs_m.to(tl.int64) * sq_l, mask=rok, other=0.0)
     sk = tl.load(SK + b)
     c = scale_bits.to(tl.float32, bitcast=True)
-    if CAUSAL:
-        lim = offs_m + shift  # the last key each row sees (<= Lk - 1)
-        n_end = tl.minimum(Lk, r0 + BM + shift)
-    else:
-        lim = tl.zeros([BM], dtype=tl.int32) + (Lk - 1)
-        n_end = Lk
-    lim = tl.where(rok, lim, -1)
 
     # pass 1: the row max of the visible scores (order-free; no score is NaN)
     m = tl.full([BM], float("-inf"), tl.float32)
@@ -205,8 +196,8 @@ def quant_only_rows(q8, k8, v8, sq, sk, sv, scale: float, *, causal: bool,
     bm, bn, sub, bn3, warps, stages = LAUNCH if launch is None else launch
     scale_bits = int(np.array(scale, dtype=np.float32).view(np.int32))
     with device_guard(q8):
-        for b0 in range(0, B, _GRID_Y_MAX):  # CUDA's grid y dimension
-            _quant_only_kernel[(triton.cdiv(Lq, bm), min(B - b0, _GRID_Y_MAX))](
+        for b0, nb in grid_entries(B):
+            _quant_only_kernel[(triton.cdiv(Lq, bm), nb)](
                 q8, k8, v8, sq, sk, sv, out, info, b0, Lq, Lk, d, dv, Lk - Lq, sq.stride(0),
                 sq.stride(1), scale_bits, CAUSAL=bool(causal), BM=bm, BN=bn, SUB=sub,
                 BN3=bn3, BD=pow2(d, 32), BDV=pow2(dv, 16), num_warps=warps,

@@ -398,13 +398,14 @@ def _ibert_fused(dp: DeviceProblem, qz, group, s_in, s_row, req, ob: int, unit: 
     sx = s_row if req is None else req[0]
     kw = dict(qmax=0 if req is None else int(req[1]), causal=dp.causal,
               requant=req is not None)
-    er = ibert_emax(qz.q8i, k8, s_row, sx, cst, **kw)
+    er, scan = ibert_emax(qz.q8i, k8, s_row, sx, cst, with_scan=True, **kw)
     emax = er.amax(dim=1) if dp.Lq else er.new_full((dp.B,), -1.0)
     em = _per_group(emax.cpu().numpy(), group, np.max)
     m31, inv = _ibert_mult(first, group, em)
     mul = torch.from_numpy(np.stack([m31, inv], axis=1)).to(dev)
     svu = qz.sv.double() * unit  # (exact: a power of two)
-    out, info = ibert_rows(qz.q8i, k8, v8, s_row, sx, cst, mul, svu, out_bits=ob, **kw)
+    out, info = ibert_rows(qz.q8i, k8, v8, s_row, sx, cst, mul, svu, out_bits=ob, scan=scan,
+                           **kw)
     return out, (_fused_stats(dp, info, unit, _C_REQ) if return_stats else None)
 
 
