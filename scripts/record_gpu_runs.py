@@ -403,6 +403,9 @@ def document() -> str:
             "and the whole calls: `benchmarks/bench_gpu_schemes.py " + S9_IVIT_IBERT_BENCH
             + "`:", "",
             "```", schemes_all(_load("bench_ivit_ibert_s9.json")["rows"]), "```", "",
+            "After the review (`ibert`'s row kernel reuses its first pass): "
+            "`benchmarks/bench_gpu_schemes.py --schemes ivit,ibert --lengths 4096,16384`:", "",
+            "```", schemes_all(_load("bench_ivit_ibert_s9b.json")["rows"]), "```", "",
             "End to end, the 1.1B Llama-shaped model: `benchmarks/bench_gpu_emulate.py "
             + S9_E2E + "`:", "",
             "```", e2e(_load("e2e_s9.json")), "```", ""]
