@@ -1133,7 +1133,9 @@ def emulate(scheme: str, *, model=None, reference: bool = False, activations: st
             the check is read with the deferred statistics: a buffer rewritten in place
             without a version bump (``torch.compile``'s generated code reuses buffers), or
             freed and reallocated with other contents, raises a RuntimeError there instead
-            of passing unnoticed.
+            of passing unnoticed.  The answers last one forward: each outermost module call
+            starts without them (a compiled model may write the next batch's padded mask
+            into the same buffer).
             ``False`` reads the answer back in every call (one synchronisation per call).
         **options: options of the scheme (``config``, ``tau``, ``block_q``, ...).  The
             integer schemes take their int8 scales from the rows and keys a call's mask lets
